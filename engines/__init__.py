@@ -1,0 +1,1 @@
+"""facestream's inference engines: one class per model kind, behind small protocols."""

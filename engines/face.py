@@ -1,0 +1,55 @@
+"""Typed records shared by every engine: a detected or tracked face, and named array shapes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+ImageBGR: TypeAlias = npt.NDArray[np.uint8]  # (H, W, 3), BGR, uint8
+Landmarks68: TypeAlias = npt.NDArray[np.float32]  # (68, 2), x, y in frame pixels
+Box: TypeAlias = tuple[float, float, float, float]  # x0, y0, x1, y1 in frame pixels
+
+# Index ranges of dlib's 68-point layout (iBUG 300-W).
+JAW = slice(0, 17)
+BROWS = slice(17, 27)
+NOSE = slice(27, 36)
+EYES = slice(36, 48)
+OUTER_LIPS = slice(48, 60)
+INNER_LIPS = slice(60, 68)
+
+
+@dataclass(frozen=True, eq=False)
+class Face:
+    """One target face in one frame: its box, its 68 landmarks and the detector's score."""
+
+    box: Box
+    landmarks: Landmarks68
+    score: float = 1.0
+    track_id: int = -1
+
+    @property
+    def width(self) -> float:
+        return self.box[2] - self.box[0]
+
+    @property
+    def height(self) -> float:
+        return self.box[3] - self.box[1]
+
+    @property
+    def area(self) -> float:
+        return max(0.0, self.width) * max(0.0, self.height)
+
+
+@dataclass(frozen=True, eq=False)
+class SwapResult:
+    """The swap stage's output for one face: the warped source in a frame region.
+
+    `patch` and `valid` cover the frame rectangle `region` = (x0, y0, x1, y1), integer
+    pixels, clipped to the frame; `valid` is 255 where the warp is defined.
+    """
+
+    region: tuple[int, int, int, int]
+    patch: ImageBGR
+    valid: npt.NDArray[np.uint8]

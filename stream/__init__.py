@@ -1,0 +1,1 @@
+"""facestream's pipeline runtime: frames, rings, stages, sources, sinks, tracklets, CLI."""

@@ -1,0 +1,198 @@
+"""Run configuration: nested dataclasses, loaded from YAML presets, overridden field by field."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stream.errors import ConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+@dataclass
+class DetectConfig:
+    """Face detection (dlib HOG): how often, and at what size of frame."""
+
+    every: int = 12  # full-frame detection every N frames (and whenever a track is lost)
+    max_side: int = 1024  # the frame is downscaled so its longer side is at most this
+    upsample: int = 0  # dlib upsampling passes (each one finds smaller faces, 4x the cost)
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 1, f"detect.every must be >= 1, got {self.every}")
+        _check(self.max_side >= 64, f"detect.max_side must be >= 64, got {self.max_side}")
+        _check(self.upsample in (0, 1, 2), f"detect.upsample must be 0, 1 or 2, got {self.upsample}")
+
+
+@dataclass
+class TrackConfig:
+    """Tracklets: matching, loss, landmark smoothing (One-Euro filter), identity re-checks."""
+
+    match_iou: float = 0.3  # a detection continues a track when their boxes overlap this much
+    max_missed: int = 1  # detections a track may miss before it is dropped
+    min_cutoff: float = 1.5  # One-Euro: cut-off frequency (Hz) at rest; lower = smoother
+    beta: float = 0.02  # One-Euro: how fast the cut-off rises with speed; higher = less lag
+    recheck_every: int = 300  # frames between identity re-checks (reference/mapping modes)
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.match_iou < 1.0, f"track.match_iou must be in (0, 1), got {self.match_iou}")
+        _check(self.max_missed >= 0, f"track.max_missed must be >= 0, got {self.max_missed}")
+        _check(self.min_cutoff > 0, f"track.min_cutoff must be > 0, got {self.min_cutoff}")
+        _check(self.beta >= 0, f"track.beta must be >= 0, got {self.beta}")
+        _check(self.recheck_every >= 1, f"track.recheck_every must be >= 1, got {self.recheck_every}")
+
+
+SELECT_MODES = ("all", "largest", "reference", "mapping")
+
+
+@dataclass
+class SelectConfig:
+    """Which target faces are swapped, and with which source face."""
+
+    mode: str = "all"  # all | largest | reference | mapping
+    reference: str | None = None  # reference mode: photo of the one person to swap
+    mapping: list[list[str]] = field(default_factory=list)  # mapping mode: [[source, reference], ...]
+    threshold: float = 0.6  # dlib's same-person distance
+
+    def __post_init__(self) -> None:
+        _check(self.mode in SELECT_MODES,
+               f"select.mode must be one of {', '.join(SELECT_MODES)}, got {self.mode!r}")
+        _check(0 < self.threshold < 2, f"select.threshold must be in (0, 2), got {self.threshold}")
+        if self.mode == "reference":
+            _check(bool(self.reference), "select.mode 'reference' needs a reference photo (--reference)")
+        if self.mode == "mapping":
+            _check(bool(self.mapping), "select.mode 'mapping' needs pairs (--map SOURCE=REFERENCE)")
+            for pair in self.mapping:
+                _check(len(pair) == 2, f"select.mapping entries are [source, reference], got {pair!r}")
+
+
+BLENDS = ("feather", "poisson")
+
+
+@dataclass
+class SwapConfig:
+    """The classical swapper: mask, colour transfer and blend."""
+
+    blend: str = "feather"  # feather (alpha) | poisson (seamlessClone)
+    feather: float = 0.12  # width of the soft mask edge, as a fraction of the face's size
+    color_transfer: bool = True  # match the source's colours to the target's skin
+    keep_mouth: bool = True  # keep the target's mouth interior when the mouth is open
+    mouth_open: float = 0.12  # lip gap / mouth width above which the mouth counts as open
+
+    def __post_init__(self) -> None:
+        _check(self.blend in BLENDS, f"swap.blend must be one of {', '.join(BLENDS)}, got {self.blend!r}")
+        _check(0.0 <= self.feather <= 0.5, f"swap.feather must be in [0, 0.5], got {self.feather}")
+        _check(self.mouth_open > 0, f"swap.mouth_open must be > 0, got {self.mouth_open}")
+
+
+@dataclass
+class EncodeConfig:
+    """The H.264 encoder of file outputs."""
+
+    codec: str = "libx264"
+    preset: str = "veryfast"
+    crf: int = 20
+    threads: int = 0  # 0: let the encoder choose
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.crf <= 51, f"encode.crf must be in [0, 51], got {self.crf}")
+        _check(self.threads >= 0, f"encode.threads must be >= 0, got {self.threads}")
+
+
+@dataclass
+class PipelineConfig:
+    """The staged runtime: ring depths and whether stages run on threads."""
+
+    ring_depth: int = 4  # slots between two stages
+    staged: bool = True  # False: one thread runs every stage in turn (for comparison)
+    max_faces: int = 8  # faces swapped per frame at most (largest first)
+
+    def __post_init__(self) -> None:
+        _check(self.ring_depth >= 1, f"pipeline.ring_depth must be >= 1, got {self.ring_depth}")
+        _check(self.max_faces >= 1, f"pipeline.max_faces must be >= 1, got {self.max_faces}")
+
+
+@dataclass
+class Config:
+    """Everything a run needs; built from defaults, a preset, then field overrides."""
+
+    engine: str = "dlib"
+    detect: DetectConfig = field(default_factory=DetectConfig)
+    track: TrackConfig = field(default_factory=TrackConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
+    swap: SwapConfig = field(default_factory=SwapConfig)
+    encode: EncodeConfig = field(default_factory=EncodeConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping, got {data!r}")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(f"unknown config field {where + key!r}; known: {', '.join(known)}")
+        sub = known[key].default_factory  # type: ignore[misc]
+        if dataclasses.is_dataclass(sub):
+            kwargs[key] = _build(sub, value, f"{where}{key}.")  # type: ignore[arg-type]
+        else:
+            kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"bad config section {where or 'config'}: {exc}") from exc
+
+
+def resolve_preset(name: str) -> Path:
+    """A preset is a YAML path, or a bare name found in configs/ (fast, quality, ...)."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    candidate = CONFIG_DIR / f"{name}.yaml"
+    if candidate.exists():
+        return candidate
+    known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")) if CONFIG_DIR.is_dir() else []
+    raise ConfigError(f"config {name!r} not found (a YAML path, or one of: {', '.join(known)})")
+
+
+def load_config(preset: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Defaults, then the preset's fields, then `section.field=value` overrides (YAML values)."""
+    data: dict[str, Any] = {}
+    if preset:
+        path = resolve_preset(preset)
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"config {str(path)!r} cannot be read: {str(exc).splitlines()[0]}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {str(path)!r} must hold a mapping")
+        data = loaded
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like section.field=value")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return _build(Config, data, "")

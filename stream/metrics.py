@@ -1,0 +1,124 @@
+"""Run figures: per-stage time (p50/p95), throughput, drops, ring occupancy, latency, RSS."""
+from __future__ import annotations
+
+import json
+import resource
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Samples:
+    """Durations in seconds, appended by one thread."""
+
+    values: list[float] = field(default_factory=list)
+
+    def add(self, seconds: float) -> None:
+        self.values.append(seconds)
+
+    def summary_ms(self) -> dict[str, float]:
+        if not self.values:
+            return {"count": 0, "p50_ms": 0.0, "p95_ms": 0.0, "mean_ms": 0.0}
+        arr = np.asarray(self.values) * 1000.0
+        return {
+            "count": int(arr.size),
+            "p50_ms": round(float(np.percentile(arr, 50)), 3),
+            "p95_ms": round(float(np.percentile(arr, 95)), 3),
+            "mean_ms": round(float(arr.mean()), 3),
+        }
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class Metrics:
+    """Collected by the stages of one run; `report()` turns them into a plain dict."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, Samples] = {}
+        self.latency = Samples()
+        self.frames_out = 0
+        self.faces_swapped = 0
+        self.frames_with_faces = 0
+        self.started = time.monotonic()
+        self.finished: float | None = None
+        self._lock = threading.Lock()
+
+    def stage(self, name: str) -> Samples:
+        with self._lock:
+            return self.stages.setdefault(name, Samples())
+
+    def finish(self) -> None:
+        self.finished = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return (self.finished or time.monotonic()) - self.started
+
+    def report(
+        self,
+        rings: list[Any] = (),  # type: ignore[assignment]
+        model_calls: dict[str, int] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        elapsed = self.elapsed
+        out: dict[str, Any] = {
+            "frames": self.frames_out,
+            "elapsed_s": round(elapsed, 3),
+            "fps": round(self.frames_out / elapsed, 2) if elapsed > 0 else 0.0,
+            "faces_swapped": self.faces_swapped,
+            "frames_with_faces": self.frames_with_faces,
+            "stages": {name: s.summary_ms() for name, s in self.stages.items()},
+            "latency": self.latency.summary_ms(),
+            "rings": {
+                r.name: {
+                    "capacity": r.capacity,
+                    "policy": r.policy.value,
+                    "drops": r.drops,
+                    "mean_occupancy": round(r.mean_occupancy, 2),
+                    "max_occupancy": r.occupancy_max,
+                }
+                for r in rings
+            },
+            "drops": sum(r.drops for r in rings),
+            "model_calls": dict(model_calls or {}),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+        }
+        if extra:
+            out.update(extra)
+        return out
+
+
+def format_report(rep: dict[str, Any]) -> str:
+    """The short table printed at the end of a run."""
+    lines = [
+        f"frames {rep['frames']}  in {rep['elapsed_s']:.1f} s  = {rep['fps']:.1f} fps   "
+        f"faces swapped {rep['faces_swapped']} in {rep['frames_with_faces']} frames",
+        f"{'stage':<12}{'p50 ms':>9}{'p95 ms':>9}{'mean ms':>9}",
+    ]
+    for name, s in rep["stages"].items():
+        lines.append(f"{name:<12}{s['p50_ms']:>9.2f}{s['p95_ms']:>9.2f}{s['mean_ms']:>9.2f}")
+    lat = rep["latency"]
+    lines.append(f"{'latency':<12}{lat['p50_ms']:>9.2f}{lat['p95_ms']:>9.2f}{lat['mean_ms']:>9.2f}"
+                 "   (capture to sink)")
+    rings = "  ".join(
+        f"{n}: drops {r['drops']}, occ {r['mean_occupancy']:.1f}/{r['capacity']}"
+        for n, r in rep["rings"].items()
+    )
+    if rings:
+        lines.append(f"rings  {rings}")
+    calls = ", ".join(f"{k} {v}" for k, v in rep["model_calls"].items()) or "none"
+    lines.append(f"model calls  {calls}")
+    lines.append(f"peak RSS  {rep['peak_rss_mb']:.0f} MB")
+    return "\n".join(lines)
+
+
+def write_json(rep: dict[str, Any], path: str | Path) -> None:
+    Path(path).write_text(json.dumps(rep, indent=2) + "\n")

@@ -1,0 +1,252 @@
+"""Runs a source, a chain of workers and a sink over rings: staged (a thread per stage)
+or serial (one thread doing every stage in turn, for comparison).
+
+Ring 0 holds the frames themselves; the records in later rings point at their frame
+(`Slot.frame`), so a picture is decoded into one slot and never copied between stages.
+The sink releases the frame slot once the frame is written; a record dropped by a
+`drop_oldest` ring releases its frame too.
+
+Worker loop contract: `EndOfStream` on the input is the normal end (the output ring is
+closed so the end propagates); `PipelineAborted` is a quiet stop because another stage
+failed or the user interrupted; any other exception is the run's error: it is kept,
+logged with its traceback at debug level, and every ring is aborted so all stages stop
+at once. The main thread always closes the source, the workers and the sink (the sink's
+close finalises its file, so what was written plays).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from stream.errors import EndOfStream, PipelineAborted
+from stream.metrics import Metrics
+from stream.ring import Ring
+from stream.slot import Slot
+
+log = logging.getLogger(__name__)
+
+JOIN_GRACE_S = 2.0
+
+
+class Source(Protocol):
+    def read_into(self, slot: Slot) -> bool:
+        """Fill `slot` with the next frame; False at the end of the stream."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Worker(Protocol):
+    name: str
+
+    def process(self, item: Slot, out: Slot) -> None:
+        """Compute `out` (already stamped with item's timing and frame) from `item`."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Sink(Protocol):
+    def write(self, slot: Slot) -> None:
+        """Deliver the finished frame of `slot` (its picture is `slot.image`)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Runner:
+    """One run of source -> workers -> sink. `rings[0]` is the frame ring; `rings[i+1]`
+    is worker i's output. Call `run()` once."""
+
+    def __init__(
+        self,
+        source: Source,
+        workers: Sequence[Worker],
+        sink: Sink,
+        rings: Sequence[Ring],
+        metrics: Metrics | None = None,
+        on_frame: Callable[[Slot], None] | None = None,
+    ) -> None:
+        if len(rings) != len(workers) + 1:
+            raise ValueError(f"need {len(workers) + 1} rings for {len(workers)} workers, got {len(rings)}")
+        self.source = source
+        self.workers = list(workers)
+        self.sink = sink
+        self.rings = list(rings)
+        self.frames = self.rings[0]
+        for ring in self.rings[1:]:
+            ring.on_drop = self._drop_record
+        self.metrics = metrics or Metrics()
+        self.on_frame = on_frame
+        self.error: BaseException | None = None
+        self._error_stage = ""
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._scratch: Slot | None = None
+        self._decode_t = self.metrics.stage("decode")
+        self._worker_t = [self.metrics.stage(w.name) for w in self.workers]
+        self._encode_t = self.metrics.stage("encode")
+
+    # -- one step of each kind ---------------------------------------------------------
+
+    def _drop_record(self, record: Slot) -> None:
+        if record.frame is not None:
+            self.frames.release(record.frame)
+
+    def _scratch_slot(self) -> Slot:
+        if self._scratch is None:  # allocated once, on the first frame dropped this way
+            first = self.frames.slots[0].buffers
+            self._scratch = Slot(-1, {k: np.empty_like(v) for k, v in first.items()})
+        return self._scratch
+
+    def _step_source(self) -> bool:
+        slot = self.frames.acquire()
+        if slot is None:  # drop_oldest with every frame held downstream: read it, drop it
+            if self.source.read_into(self._scratch_slot()):
+                return True
+            self.frames.close()
+            return False
+        t0 = time.perf_counter()
+        ok = self.source.read_into(slot)
+        if not ok:
+            self.frames.release(slot)
+            self.frames.close()
+            return False
+        self._decode_t.add(time.perf_counter() - t0)
+        self.frames.publish(slot)
+        return True
+
+    def _step_worker(self, i: int) -> None:
+        rin, rout = self.rings[i], self.rings[i + 1]
+        item = rin.take()
+        out = rout.acquire()
+        if out is None:  # drop_oldest with nothing to reclaim: this frame is dropped
+            if i:
+                self._drop_record(item)
+                rin.release(item)
+            else:
+                self.frames.release(item)
+            return
+        out.stamp_from(item)
+        t0 = time.perf_counter()
+        self.workers[i].process(item, out)
+        self._worker_t[i].add(time.perf_counter() - t0)
+        if i:  # records of later rings are done with; the frame itself travels on
+            rin.release(item)
+        rout.publish(out)
+
+    def _step_sink(self) -> None:
+        last = self.rings[-1]
+        item = last.take()
+        t0 = time.perf_counter()
+        self.sink.write(item)
+        now = time.perf_counter()
+        self._encode_t.add(now - t0)
+        self.metrics.latency.add(time.monotonic() - item.capture_time)
+        self.metrics.frames_out += 1
+        if self.on_frame is not None:
+            self.on_frame(item)
+        frame = item.frame if item.frame is not None else item
+        if last is not self.frames:
+            last.release(item)
+        self.frames.release(frame)
+
+    # -- loops -------------------------------------------------------------------------
+
+    def _guard(self, name: str, body: Callable[[], None]) -> None:
+        try:
+            body()
+        except (EndOfStream, PipelineAborted):
+            pass
+        except BaseException as exc:  # the run's error: keep it, stop every stage
+            self._fail(name, exc)
+
+    def _fail(self, name: str, exc: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = exc
+                self._error_stage = name
+                log.debug("stage %s failed", name, exc_info=exc)
+        for ring in self.rings:
+            ring.abort(exc)
+
+    def _loop_source(self) -> None:
+        while self._step_source():
+            pass
+
+    def _loop_worker(self, i: int) -> None:
+        try:
+            while True:
+                self._step_worker(i)
+        except EndOfStream:
+            self.rings[i + 1].close()
+
+    def _loop_sink(self) -> None:
+        while True:
+            self._step_sink()
+
+    def _loop_serial(self) -> None:
+        while self._step_source():
+            for i in range(len(self.workers)):
+                self._step_worker(i)
+            self._step_sink()
+
+    # -- the run -----------------------------------------------------------------------
+
+    def run(self, staged: bool = True) -> Metrics:
+        """Process the whole stream; raises the first stage error (or KeyboardInterrupt)
+        after every stage has stopped and the sink has been closed."""
+        bodies: list[tuple[str, Callable[[], None]]]
+        if staged:
+            bodies = [("decode", self._loop_source)]
+            bodies += [(w.name, lambda i=i: self._loop_worker(i)) for i, w in enumerate(self.workers)]
+            bodies += [("encode", self._loop_sink)]
+        else:
+            bodies = [("serial", self._loop_serial)]
+        self._threads = [
+            threading.Thread(target=self._guard, args=(name, body), name=f"fs-{name}", daemon=True)
+            for name, body in bodies
+        ]
+        interrupted: BaseException | None = None
+        try:
+            for t in self._threads:
+                t.start()
+            while any(t.is_alive() for t in self._threads):
+                for t in self._threads:
+                    t.join(0.1)
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+            self._fail("interrupt", exc)
+        finally:
+            deadline = time.monotonic() + JOIN_GRACE_S
+            for t in self._threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+            stuck = [t.name for t in self._threads if t.is_alive()]
+            if stuck:
+                log.warning("stages still running after stop: %s", ", ".join(stuck))
+            self.metrics.finish()
+            self._close_all()
+        if interrupted is not None:
+            raise interrupted
+        if self.error is not None:
+            raise self.error
+        return self.metrics
+
+    def _close_all(self) -> None:
+        parts: list[Any] = [self.source, *self.workers, self.sink]
+        for part in parts:
+            try:
+                part.close()
+            except Exception as exc:
+                log.debug("closing %r failed", part, exc_info=exc)
+                if self.error is None:
+                    self.error = exc
+
+    @property
+    def error_stage(self) -> str:
+        return self._error_stage
