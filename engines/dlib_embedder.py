@@ -1,0 +1,54 @@
+"""dlib's 128-d ResNet face embedding (about 80-130 ms a face on a small CPU).
+
+This is the most expensive analysis model: the tracklet cache computes it once per
+track, never per frame.
+"""
+from __future__ import annotations
+
+import cv2
+import dlib
+import numpy as np
+import numpy.typing as npt
+
+from engines.dlib_landmarker import to_rect
+from engines.dlib_models import model_path
+from engines.face import ImageBGR, Landmarks68
+
+SAME_PERSON = 0.6  # dlib's own convention for its embedding
+
+
+class DlibEmbedder:
+    name = "dlib-resnet"
+    threshold = SAME_PERSON
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._model: dlib.face_recognition_model_v1 | None = None
+
+    def open(self) -> None:
+        if self._model is None:
+            self._model = dlib.face_recognition_model_v1(model_path("embedding"))
+
+    def forward(self, image: ImageBGR, landmarks: Landmarks68) -> npt.NDArray[np.float32]:
+        if self._model is None:
+            self.open()
+        assert self._model is not None
+        # The model aligns its own 150x150 chip from the landmarks; only the face's
+        # surroundings are converted to RGB, not the whole frame.
+        x0, y0 = np.floor(landmarks.min(axis=0)).astype(int)
+        x1, y1 = np.ceil(landmarks.max(axis=0)).astype(int)
+        pad = int(max(x1 - x0, y1 - y0))
+        h, w = image.shape[:2]
+        cx0, cy0 = max(0, x0 - pad), max(0, y0 - pad)
+        cx1, cy1 = min(w, x1 + pad), min(h, y1 + pad)
+        crop = cv2.cvtColor(image[cy0:cy1, cx0:cx1], cv2.COLOR_BGR2RGB)
+        pts = landmarks - np.array([cx0, cy0], np.float32)
+        box = (float(pts[:, 0].min()), float(pts[:, 1].min()), float(pts[:, 0].max()), float(pts[:, 1].max()))
+        shape = dlib.full_object_detection(
+            to_rect(box), [dlib.point(int(round(x)), int(round(y))) for x, y in pts]
+        )
+        self.calls += 1
+        return np.asarray(self._model.compute_face_descriptor(crop, shape), dtype=np.float32)
+
+    def distance(self, a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
+        return float(np.linalg.norm(a - b))

@@ -1,0 +1,66 @@
+"""The small protocols through which the pipeline uses engines: one per model kind."""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from engines.face import Box, Face, ImageBGR, Landmarks68, SwapResult
+
+GrayImage = npt.NDArray[np.uint8]  # (H, W), uint8
+
+
+class Detector(Protocol):
+    name: str
+    calls: int
+
+    def open(self) -> None: ...
+
+    def forward(self, gray: GrayImage) -> list[tuple[Box, float]]:
+        """Face boxes (frame pixels) and scores in a grey frame."""
+        ...
+
+
+class Landmarker(Protocol):
+    name: str
+    calls: int
+
+    def open(self) -> None: ...
+
+    def forward(self, gray: GrayImage, box: Box) -> Landmarks68:
+        """68 landmarks of the face in `box`."""
+        ...
+
+
+class Embedder(Protocol):
+    name: str
+    calls: int
+
+    def open(self) -> None: ...
+
+    def forward(self, image: ImageBGR, landmarks: Landmarks68) -> npt.NDArray[np.float32]:
+        """The identity embedding of the face with these landmarks."""
+        ...
+
+    def distance(self, a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
+        """Identity distance; below the engine's threshold means the same person."""
+        ...
+
+
+class Swapper(Protocol):
+    name: str
+
+    def open(self) -> None: ...
+
+    def prepare_source(self, image: ImageBGR, landmarks: Landmarks68) -> object:
+        """Everything about a source face that does not depend on the target (once per source)."""
+        ...
+
+    def forward(self, frame: ImageBGR, face: Face, source: object) -> SwapResult | None:
+        """The source warped onto the target face, over the face's region only."""
+        ...
+
+    def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
+        """Blend `result` into `frame`, in place, inside `result.region` only."""
+        ...

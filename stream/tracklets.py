@@ -1,0 +1,216 @@
+"""Tracklets: target faces followed across frames, so the costly models run rarely.
+
+Per track the cache holds the detector-convention box, the smoothed landmarks, the
+identity embedding (computed once when needed, re-checked rarely), the source face it
+maps to, and its age. Per frame:
+
+- detection runs every `detect.every` frames, and on the next frame whenever a track
+  lost confidence (a detection missed it, or its landmarks jumped); its boxes are
+  matched to tracks by overlap, unmatched boxes start tracks, tracks missed too often end;
+- landmarks run on every frame on each track's box, which between detections is
+  carried by the landmarks themselves (the detector box expressed relative to the
+  landmarks' bounding box at the last detection);
+- landmarks are smoothed with a One-Euro filter so the swapped face does not jitter.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engines.face import Box, Face, ImageBGR, Landmarks68
+from engines.protocols import Detector, Embedder, GrayImage, Landmarker
+from stream.config import DetectConfig, TrackConfig
+from stream.one_euro import OneEuroFilter
+
+log = logging.getLogger(__name__)
+
+# Landmark box changes beyond these in one frame mean the predictor lost the face.
+MAX_SCALE_JUMP = 1.35
+MAX_SHIFT_JUMP = 0.5  # of the face size
+
+
+def iou(a: Box, b: Box) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def landmark_box(points: Landmarks68) -> Box:
+    x0, y0 = points.min(axis=0)
+    x1, y1 = points.max(axis=0)
+    return (float(x0), float(y0), float(x1), float(y1))
+
+
+def relate(box: Box, ref: Box) -> tuple[float, float, float, float]:
+    """`box` expressed relative to `ref` (centre offset and size, in units of ref's size)."""
+    rw, rh = max(ref[2] - ref[0], 1.0), max(ref[3] - ref[1], 1.0)
+    return (
+        ((box[0] + box[2]) / 2 - (ref[0] + ref[2]) / 2) / rw,
+        ((box[1] + box[3]) / 2 - (ref[1] + ref[3]) / 2) / rh,
+        (box[2] - box[0]) / rw,
+        (box[3] - box[1]) / rh,
+    )
+
+
+def unrelate(rel: tuple[float, float, float, float], ref: Box) -> Box:
+    rw, rh = max(ref[2] - ref[0], 1.0), max(ref[3] - ref[1], 1.0)
+    cx = (ref[0] + ref[2]) / 2 + rel[0] * rw
+    cy = (ref[1] + ref[3]) / 2 + rel[1] * rh
+    w, h = rel[2] * rw, rel[3] * rh
+    return (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+
+
+@dataclass(eq=False)
+class Track:
+    """One target face followed across frames (mutable: owned by the tracker)."""
+
+    id: int
+    box: Box
+    landmarks: Landmarks68
+    rel: tuple[float, float, float, float]
+    smoother: OneEuroFilter
+    score: float = 0.0
+    born: int = 0
+    age: int = 0
+    missed: int = 0
+    embedding: np.ndarray | None = None
+    embedded_at: int = -1
+    source: int | None = None  # index of the source face this track maps to; None: not swapped
+    raw: Landmarks68 = field(default_factory=lambda: np.zeros((68, 2), np.float32), repr=False)
+    matched: bool = field(default=False, repr=False)
+
+    def face(self) -> Face:
+        return Face(box=landmark_box(self.landmarks), landmarks=self.landmarks,
+                    score=self.score, track_id=self.id)
+
+
+class Tracker:
+    """Keeps the tracks of one stream up to date, one frame at a time."""
+
+    def __init__(
+        self,
+        detector: Detector,
+        landmarker: Landmarker,
+        embedder: Embedder | None,
+        detect: DetectConfig,
+        track: TrackConfig,
+    ) -> None:
+        self.detector = detector
+        self.landmarker = landmarker
+        self.embedder = embedder
+        self.detect_cfg = detect
+        self.track_cfg = track
+        self.tracks: list[Track] = []
+        self._next_id = 0
+        self._last_detect = -(10**9)
+        self._force_detect = True
+        self.detections = 0
+
+    def reset(self) -> None:
+        self.tracks.clear()
+        self._force_detect = True
+
+    def _new_filter(self) -> OneEuroFilter:
+        return OneEuroFilter(self.track_cfg.min_cutoff, self.track_cfg.beta)
+
+    def update(self, gray: GrayImage, seq: int, t: float) -> list[Track]:
+        """Advance every track to this frame; returns the live tracks."""
+        due = seq - self._last_detect >= self.detect_cfg.every
+        if due or self._force_detect:
+            self._detect(gray, seq)
+        self._force_detect = False
+        h, w = gray.shape[:2]
+        alive: list[Track] = []
+        for tr in self.tracks:
+            if not tr.matched:  # between detections: the box follows the (raw) landmarks
+                tr.box = unrelate(tr.rel, landmark_box(tr.raw))
+            raw = self.landmarker.forward(gray, tr.box)
+            if tr.age and self._jumped(tr.raw, raw):
+                self._force_detect = True
+                if not tr.matched:
+                    continue  # lost, and no detection confirms it this frame: end it
+                tr.smoother.reset()  # a detection moved it: do not smooth across the jump
+            if tr.matched:
+                tr.rel = relate(tr.box, landmark_box(raw))
+                tr.matched = False
+            tr.raw = raw
+            tr.landmarks = tr.smoother(raw, t)
+            tr.age += 1
+            if not _on_frame(tr.landmarks, w, h):
+                continue
+            alive.append(tr)
+        self.tracks = alive
+        return alive
+
+    def _detect(self, gray: GrayImage, seq: int) -> None:
+        self._last_detect = seq
+        self.detections += 1
+        dets = self.detector.forward(gray)
+        pairs = sorted(
+            ((iou(tr.box, box), ti, di) for ti, tr in enumerate(self.tracks)
+             for di, (box, _) in enumerate(dets)),
+            reverse=True,
+        )
+        used_t: set[int] = set()
+        used_d: set[int] = set()
+        for overlap, ti, di in pairs:
+            if overlap < self.track_cfg.match_iou:
+                break
+            if ti in used_t or di in used_d:
+                continue
+            used_t.add(ti)
+            used_d.add(di)
+            tr = self.tracks[ti]
+            tr.box, tr.score = dets[di]
+            tr.matched, tr.missed = True, 0
+        kept: list[Track] = []
+        for ti, tr in enumerate(self.tracks):
+            if ti not in used_t:
+                tr.missed += 1
+                if tr.missed > self.track_cfg.max_missed:
+                    log.debug("track %d ended after %d missed detections", tr.id, tr.missed)
+                    continue
+                self._force_detect = True  # confirm it (or end it) on the next frame
+            kept.append(tr)
+        for di, (box, score) in enumerate(dets):
+            if di in used_d:
+                continue
+            tr = Track(id=self._next_id, box=box, landmarks=np.zeros((68, 2), np.float32),
+                       rel=(0.0, 0.0, 1.0, 1.0), smoother=self._new_filter(), score=score,
+                       born=seq, matched=True)
+            self._next_id += 1
+            kept.append(tr)
+        self.tracks = kept
+
+    @staticmethod
+    def _jumped(prev: Landmarks68, new: Landmarks68) -> bool:
+        a, b = landmark_box(prev), landmark_box(new)
+        sa = max(a[2] - a[0], a[3] - a[1], 1.0)
+        sb = max(b[2] - b[0], b[3] - b[1], 1.0)
+        ratio = max(sa / sb, sb / sa)
+        shift = np.hypot((a[0] + a[2] - b[0] - b[2]) / 2, (a[1] + a[3] - b[1] - b[3]) / 2) / sa
+        return ratio > MAX_SCALE_JUMP or shift > MAX_SHIFT_JUMP
+
+    def embed(self, track: Track, image: ImageBGR, seq: int) -> np.ndarray | None:
+        """The track's identity embedding: computed when the track is born, re-checked
+        every `track.recheck_every` frames, otherwise read from the cache."""
+        if self.embedder is None:
+            return None
+        stale = track.embedding is None or seq - track.embedded_at >= self.track_cfg.recheck_every
+        if stale:
+            track.embedding = self.embedder.forward(image, track.landmarks)
+            track.embedded_at = seq
+        return track.embedding
+
+
+def _on_frame(points: Landmarks68, w: int, h: int) -> bool:
+    """At least half of the face's landmark box lies inside the frame."""
+    x0, y0, x1, y1 = landmark_box(points)
+    area = max(x1 - x0, 1.0) * max(y1 - y0, 1.0)
+    ix = max(0.0, min(x1, w) - max(x0, 0.0))
+    iy = max(0.0, min(y1, h) - max(y0, 0.0))
+    return ix * iy >= 0.5 * area

@@ -1,0 +1,219 @@
+"""Tracklets and selection with scripted fake models: cadence, identity, caching, loss."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stream.config import DetectConfig, SelectConfig, TrackConfig
+from stream.one_euro import OneEuroFilter
+from stream.selection import Selector
+from stream.tracklets import Tracker, iou, landmark_box, relate, unrelate
+
+rng = np.random.default_rng(7)
+TEMPLATE = rng.uniform(-0.5, 0.5, size=(68, 2)).astype(np.float32)
+TEMPLATE[0], TEMPLATE[1] = (-0.5, -0.5), (0.5, 0.5)  # the template spans exactly [-0.5, 0.5]
+
+
+class Scene:
+    """The true faces of the current frame: (person, cx, cy, size)."""
+
+    def __init__(self) -> None:
+        self.faces: list[tuple[int, float, float, float]] = []
+
+    def landmarks(self, person_index: int) -> np.ndarray:
+        _, cx, cy, s = self.faces[person_index]
+        return TEMPLATE * s + np.array([cx, cy], np.float32)
+
+
+class FakeDetector:
+    name = "fake-det"
+
+    def __init__(self, scene: Scene) -> None:
+        self.scene, self.calls = scene, 0
+
+    def open(self) -> None: ...
+
+    def forward(self, gray):
+        self.calls += 1
+        # the detector's box convention differs from the landmark box (larger, shifted)
+        return [((cx - 0.6 * s, cy - 0.5 * s, cx + 0.6 * s, cy + 0.7 * s), 1.0)
+                for _, cx, cy, s in self.scene.faces]
+
+
+class FakeLandmarker:
+    name = "fake-lm"
+
+    def __init__(self, scene: Scene) -> None:
+        self.scene, self.calls = scene, 0
+
+    def open(self) -> None: ...
+
+    def forward(self, gray, box):
+        self.calls += 1
+        bx, by = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+        bs = box[2] - box[0]
+        for i, (_, cx, cy, s) in enumerate(self.scene.faces):
+            if abs(cx - bx) < 0.5 * s and abs(cy - by) < 0.5 * s:
+                return self.scene.landmarks(i)
+        # nothing there: the predictor still answers, with a squashed shape in the box
+        return TEMPLATE * np.array([bs * 2.0, bs * 0.3], np.float32) + np.array([bx, by], np.float32)
+
+
+class FakeEmbedder:
+    name = "fake-emb"
+    threshold = 0.6
+
+    def __init__(self, scene: Scene) -> None:
+        self.scene, self.calls = scene, 0
+
+    def open(self) -> None: ...
+
+    def forward(self, image, landmarks):
+        self.calls += 1
+        c = landmarks.mean(axis=0)
+        person = min(self.scene.faces, key=lambda f: np.hypot(f[1] - c[0], f[2] - c[1]))[0]
+        v = np.zeros(8, np.float32)
+        v[person] = 1.0
+        return v
+
+    def distance(self, a, b) -> float:
+        return float(np.linalg.norm(a - b))
+
+
+GRAY = np.zeros((720, 1280), np.uint8)
+
+
+def make(scene: Scene, every: int = 5, max_missed: int = 1):
+    det, lm, emb = FakeDetector(scene), FakeLandmarker(scene), FakeEmbedder(scene)
+    tracker = Tracker(det, lm, emb, DetectConfig(every=every), TrackConfig(max_missed=max_missed))
+    return tracker, det, lm, emb
+
+
+def test_relate_unrelate_round_trip() -> None:
+    ref = (100.0, 50.0, 180.0, 150.0)
+    box = (90.0, 40.0, 200.0, 170.0)
+    back = unrelate(relate(box, ref), ref)
+    assert np.allclose(back, box)
+
+
+@pytest.mark.parametrize("every", [1, 4, 10])
+def test_detection_cadence_and_landmarks_every_frame(every: int) -> None:
+    scene = Scene()
+    scene.faces = [(0, 300, 300, 100), (1, 800, 300, 120)]
+    tracker, det, lm, _ = make(scene, every)
+    for seq in range(40):
+        scene.faces = [(0, 300 + 2 * seq, 300, 100), (1, 800 - seq, 300 + seq, 120)]
+        tracks = tracker.update(GRAY, seq, seq / 30)
+        assert len(tracks) == 2
+    assert det.calls == -(-40 // every)  # ceil: only on schedule while tracking is confident
+    assert lm.calls == 80  # every face, every frame
+
+
+def test_tracks_keep_their_ids_and_follow_moving_faces() -> None:
+    scene = Scene()
+    tracker, *_ = make(scene, every=8)
+    ids = None
+    for seq in range(60):
+        scene.faces = [(0, 200 + 4 * seq, 300, 100), (1, 900 - 3 * seq, 400, 110)]
+        tracks = tracker.update(GRAY, seq, seq / 30)
+        by_x = sorted(tracks, key=lambda t: t.landmarks[:, 0].mean())
+        if ids is None:
+            ids = [t.id for t in by_x] if seq == 0 else ids
+        if seq < 50:  # before the faces cross
+            assert [t.id for t in by_x] == ids
+        for tr in tracks:
+            c = tr.landmarks.mean(axis=0)
+            truth = min(scene.faces, key=lambda f: abs(f[1] - c[0]))
+            assert abs(c[0] - truth[1]) < 0.15 * truth[3]  # smoothing lag stays small
+
+
+def test_a_face_that_leaves_ends_its_track_and_a_new_face_starts_one() -> None:
+    scene = Scene()
+    scene.faces = [(0, 300, 300, 100), (1, 800, 300, 100)]
+    tracker, det, *_ = make(scene, every=10, max_missed=0)
+    for seq in range(5):
+        tracker.update(GRAY, seq, seq / 30)
+    first_ids = {t.id for t in tracker.tracks}
+    scene.faces = [(0, 300, 300, 100)]  # person 1 leaves: its box now holds nothing
+    tracks = tracker.update(GRAY, 5, 5 / 30)
+    assert len(tracks) == 1  # the squashed landmarks were seen as a loss at once
+    calls = det.calls
+    tracker.update(GRAY, 6, 6 / 30)
+    assert det.calls == calls + 1  # a lost track asks for detection on the next frame
+    scene.faces = [(0, 300, 300, 100), (2, 1000, 500, 90)]
+    for seq in range(7, 30):
+        tracks = tracker.update(GRAY, seq, seq / 30)
+    assert len(tracks) == 2
+    new_ids = {t.id for t in tracks} - first_ids
+    assert len(new_ids) == 1
+
+
+def test_landmark_jitter_is_smoothed() -> None:
+    f = OneEuroFilter(min_cutoff=1.5, beta=0.0)
+    noise = np.random.default_rng(1).normal(0, 2.0, size=(90, 68, 2)).astype(np.float32)
+    out = np.stack([f(100 + noise[i], i / 30) for i in range(90)])
+    assert out[30:].std() < 0.5 * noise[30:].std()
+
+
+def test_one_euro_follows_motion() -> None:
+    f = OneEuroFilter(min_cutoff=1.5, beta=0.05)
+    xs = [f(np.array([10.0 * i], np.float32), i / 30)[0] for i in range(60)]
+    assert abs(xs[-1] - 590) < 30
+
+
+@pytest.mark.parametrize("mode, expected_people", [
+    ("all", {0, 1, 2}),
+    ("largest", {1}),
+    ("reference", {2}),
+])
+def test_selection_modes(mode: str, expected_people: set[int]) -> None:
+    scene = Scene()
+    scene.faces = [(0, 200, 300, 100), (1, 600, 300, 160), (2, 1000, 300, 120)]
+    tracker, _, _, emb = make(scene)
+    ref = np.zeros(8, np.float32)
+    ref[2] = 1
+    sel = Selector(SelectConfig(mode=mode, reference="ref.png" if mode == "reference" else None),
+                   [ref] if mode == "reference" else [], emb, max_faces=8)
+    for seq in range(20):
+        targets = sel.choose(tracker.update(GRAY, seq, seq / 30), tracker, None, seq)
+    people = {min(scene.faces, key=lambda f: abs(f[1] - t.face.landmarks[:, 0].mean()))[0] for t in targets}
+    assert people == expected_people
+    if mode == "reference":
+        assert emb.calls == 3  # once per track over 20 frames, not per frame
+    else:
+        assert emb.calls == 0  # identity is not needed: the embedder never runs
+
+
+def test_mapping_sends_each_source_to_its_person_and_caches_identity() -> None:
+    scene = Scene()
+    scene.faces = [(0, 200, 300, 100), (1, 600, 300, 100), (3, 1000, 300, 100)]
+    tracker, _, _, emb = make(scene)
+    refs = []
+    for person in (1, 0):  # source 0 -> person 1, source 1 -> person 0; person 3 unmapped
+        v = np.zeros(8, np.float32)
+        v[person] = 1
+        refs.append(v)
+    sel = Selector(SelectConfig(mode="mapping", mapping=[["a", "b"], ["c", "d"]]), refs, emb, 8)
+    for seq in range(30):
+        targets = sel.choose(tracker.update(GRAY, seq, seq / 30), tracker, None, seq)
+    got = {round(float(t.face.landmarks[:, 0].mean()) / 100): t.source for t in targets}
+    assert got == {6: 0, 2: 1}
+    assert emb.calls == 3
+
+
+def test_identity_is_rechecked_rarely() -> None:
+    scene = Scene()
+    scene.faces = [(0, 200, 300, 100)]
+    det, lm, emb = FakeDetector(scene), FakeLandmarker(scene), FakeEmbedder(scene)
+    tracker = Tracker(det, lm, emb, DetectConfig(every=5), TrackConfig(recheck_every=25))
+    ref = np.zeros(8, np.float32)
+    sel = Selector(SelectConfig(mode="reference", reference="r"), [ref], emb, 8)
+    for seq in range(100):
+        sel.choose(tracker.update(GRAY, seq, seq / 30), tracker, None, seq)
+    assert emb.calls == 4  # born at 0, then re-checked at 25, 50, 75
+
+
+def test_iou() -> None:
+    assert iou((0, 0, 10, 10), (0, 0, 10, 10)) == 1.0
+    assert iou((0, 0, 10, 10), (20, 20, 30, 30)) == 0.0
+    assert landmark_box(TEMPLATE) == (-0.5, -0.5, 0.5, 0.5)
