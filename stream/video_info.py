@@ -1,0 +1,29 @@
+"""What a video source says about itself before the first frame: size, timing, audio."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """The shape and timing of a video stream.
+
+    `rate` is the average frame rate (Fraction(0) when the container does not say);
+    `time_base` is the unit of the frames' pts; `frames` is the container's frame count,
+    or an estimate from `duration * rate`, or 0 when unknown; `duration` is in seconds
+    (0.0 when unknown); `has_audio` says whether the container holds an audio stream.
+    """
+
+    width: int
+    height: int
+    rate: Fraction
+    time_base: Fraction
+    frames: int = 0
+    duration: float = 0.0
+    has_audio: bool = False
+
+    @property
+    def frame_duration(self) -> Fraction:
+        """Nominal seconds per frame (1/30 when the rate is unknown)."""
+        return 1 / self.rate if self.rate > 0 else Fraction(1, 30)

@@ -1,0 +1,132 @@
+"""Benchmark of file I/O: decode fps, encode fps per preset, and the colour-conversion paths.
+
+Run: python tools/bench_io.py [--frames 150] [--width 1280] [--height 720]
+Makes a 30 fps H.264 clip in a temporary folder, then prints the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from media import make_clip, pattern_frame  # noqa: E402
+
+from stream.config import EncodeConfig  # noqa: E402
+from stream.sinks.file import FileSink  # noqa: E402
+from stream.slot import Slot  # noqa: E402
+from stream.sources.file import FileSource, copy_yuv420p_planes  # noqa: E402
+
+
+def bench_decode(path: Path, threaded: bool) -> tuple[float, int]:
+    source = FileSource(path, threaded=threaded)
+    info = source.open()
+    slot = Slot(0, {"image": np.empty((info.height, info.width, 3), np.uint8)})
+    start = time.perf_counter()
+    while source.read_into(slot):
+        pass
+    elapsed = time.perf_counter() - start
+    source.close()
+    return source.frames_read / elapsed, source._fast_frames
+
+
+def bench_encode(path: Path, out: Path, preset: str) -> float:
+    source = FileSource(path)
+    info = source.open()
+    images = []
+    for _ in range(10):  # a few decoded pictures, cycled, so decoding stays out of the figure
+        slot = Slot(0, {"image": np.empty((info.height, info.width, 3), np.uint8)})
+        if not source.read_into(slot):
+            break
+        images.append(slot.image)
+    source.close()
+    sink = FileSink(out, info, EncodeConfig(preset=preset), audio_from=path)
+    sink.open()
+    slot = Slot(0, {"image": images[0]})
+    start = time.perf_counter()
+    for i in range(info.frames):
+        np.copyto(slot.buffers["image"], images[i % len(images)])
+        slot.seq, slot.pts, slot.time_base = i, round(i / info.rate / info.time_base), info.time_base
+        sink.write(slot)
+    sink.close()
+    return sink.frames_written / (time.perf_counter() - start)
+
+
+def bench_decode_paths(path: Path) -> tuple[float, float, float, float]:
+    """ms per frame: I420 copy + cv2 vs to_ndarray(bgr24) + copy; max and mean difference."""
+    with av.open(str(path)) as container:
+        frames = list(container.decode(video=0))
+    h, w = frames[0].height, frames[0].width
+    i420 = np.empty((h * 3 // 2, w), np.uint8)
+    image = np.empty((h, w, 3), np.uint8)
+    start = time.perf_counter()
+    for frame in frames:
+        copy_yuv420p_planes(frame, i420)
+        cv2.cvtColor(i420, cv2.COLOR_YUV2BGR_I420, dst=image)
+    fast = (time.perf_counter() - start) / len(frames) * 1e3
+    start = time.perf_counter()
+    for frame in frames:
+        np.copyto(image, frame.to_ndarray(format="bgr24"))
+    slow = (time.perf_counter() - start) / len(frames) * 1e3
+    copy_yuv420p_planes(frames[-1], i420)
+    ours = cv2.cvtColor(i420, cv2.COLOR_YUV2BGR_I420).astype(np.int16)
+    diff = np.abs(ours - frames[-1].to_ndarray(format="bgr24").astype(np.int16))
+    return fast, slow, float(diff.max()), float(diff.mean())
+
+
+def bench_encode_paths(width: int, height: int, n: int) -> tuple[float, float]:
+    """ms per frame: cv2 I420 into a reused VideoFrame vs from_ndarray(bgr24) + swscale."""
+    from stream.video_info import VideoInfo
+
+    image = pattern_frame(0, width, height)
+    sink = FileSink("unused.mp4", VideoInfo(width, height, 30, av.time_base), EncodeConfig())
+    sink._i420 = np.empty((height * 3 // 2, width), np.uint8)
+    sink._frame = av.VideoFrame(width, height, "yuv420p")
+    start = time.perf_counter()
+    for _ in range(n):
+        sink._to_frame(image)
+    fast = (time.perf_counter() - start) / n * 1e3
+    start = time.perf_counter()
+    for _ in range(n):
+        # What the encoder does with a bgr24 frame: swscale into a new yuv420p frame.
+        av.VideoFrame.from_ndarray(image, format="bgr24").reformat(format="yuv420p")
+    slow = (time.perf_counter() - start) / n * 1e3
+    return fast, slow
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frames", type=int, default=150)
+    parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--height", type=int, default=720)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        clip = Path(tmp) / "bench.mp4"
+        make_clip(clip, lambda i: pattern_frame(i, args.width, args.height), args.frames, fps=30)
+        print(f"clip: {args.width}x{args.height}, 30 fps, {args.frames} frames, H.264 + AAC")
+        for threaded in (True, False):
+            fps, fast = bench_decode(clip, threaded)
+            print(f"decode (FileSource, threaded={threaded}): {fps:7.1f} fps "
+                  f"({fast}/{args.frames} frames on the I420 path)")
+        for preset in ("ultrafast", "veryfast"):
+            fps = bench_encode(clip, Path(tmp) / f"out-{preset}.mp4", preset)
+            print(f"encode (FileSink, libx264 {preset}, crf 20, audio copied): {fps:7.1f} fps")
+        fast, slow, dmax, dmean = bench_decode_paths(clip)
+        print(f"decode colour: I420 + cv2 {fast:.2f} ms/frame, to_ndarray(bgr24) {slow:.2f} ms/frame "
+              f"(x{slow / fast:.1f}); difference max {dmax:.0f}, mean {dmean:.2f} grey levels")
+        fast, slow = bench_encode_paths(args.width, args.height, args.frames)
+        print(f"encode colour: cv2 I420 into a reused frame {fast:.2f} ms/frame, "
+              f"from_ndarray(bgr24) + swscale {slow:.2f} ms/frame (x{slow / fast:.1f})")
+
+
+if __name__ == "__main__":
+    main()
