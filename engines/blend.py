@@ -1,0 +1,197 @@
+"""Compositing of a warped face patch: soft mask, colour transfer, feather or Poisson blend.
+
+Everything here works on one face's region (a small rectangle of the frame), never on a
+whole frame. Landmarks are given in region coordinates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from engines.face import BROWS, INNER_LIPS, JAW, ImageBGR, Landmarks68
+
+Mask: TypeAlias = npt.NDArray[np.uint8]  # (H, W) uint8, 0..255
+
+_SHIFT = 4
+_ONE = 1 << _SHIFT
+_OUTLINE = np.r_[np.arange(68)[JAW], np.arange(68)[BROWS]]
+_MIN_STAT_PIXELS = 32  # fewer masked pixels than this give meaningless colour statistics
+_STD_RATIO = (0.5, 2.0)  # colour transfer never more than halves or doubles a channel's contrast
+
+
+@dataclass(frozen=True, eq=False)
+class FaceMasks:
+    """The masks of one face, in region coordinates.
+
+    `alpha` is the feathered blend weight (0..255); `core` is the binary (0/255) inner skin
+    area: where colour statistics are taken, and the Poisson clone mask.
+    """
+
+    alpha: Mask
+    core: Mask
+
+
+def face_size(landmarks: Landmarks68) -> float:
+    """Geometric mean of the landmarks' bounding-box sides: a scale that tolerates head turns."""
+    span = landmarks.max(axis=0) - landmarks.min(axis=0)
+    return float(np.sqrt(max(float(span[0]), 1.0) * max(float(span[1]), 1.0)))
+
+
+def mouth_open_ratio(landmarks: Landmarks68) -> float:
+    """Inner-lip gap (points 62-66) over mouth width (48-54)."""
+    gap = float(np.linalg.norm(landmarks[66] - landmarks[62]))
+    width = float(np.linalg.norm(landmarks[54] - landmarks[48]))
+    return gap / max(width, 1e-6)
+
+
+def _odd(radius: int) -> tuple[int, int]:
+    k = 2 * radius + 1
+    return (k, k)
+
+
+def _disk(radius: int) -> npt.NDArray[np.uint8]:
+    return cv2.getStructuringElement(cv2.MORPH_ELLIPSE, _odd(radius))
+
+
+# smoothstep on 0..255: the linear distance ramp gets a soft start and end, so the seam has
+# no visible kink where the ramp meets the fully opaque interior.
+_t = np.arange(256, dtype=np.float64) / 255.0
+_SMOOTHSTEP = np.round(255.0 * _t * _t * (3.0 - 2.0 * _t)).astype(np.uint8).reshape(1, 256)
+
+
+def prepare_masks(
+    landmarks: Landmarks68,
+    valid: Mask,
+    feather: float,
+    keep_mouth: bool,
+    mouth_open: float,
+) -> FaceMasks:
+    """Build the face masks for landmarks in region coordinates over a region of valid's shape.
+
+    The face area is the convex hull of the jaw and eyebrow points, intersected with `valid`.
+    Its feathered edge is a smoothstep ramp over the first `feather` x face size pixels
+    inside the area (distance transform: the same profile as erode + blur, at a third of the
+    cost), so the soft edge ends at the hull instead of spilling past it. Where the area
+    reaches the region's border (a face cut by the frame edge) it is not feathered.
+    When `keep_mouth` and the mouth is open (ratio > `mouth_open`), the inner-mouth polygon
+    (points 60-67) is cut out with a narrower feather, so the target's mouth interior stays.
+    """
+    h, w = valid.shape
+    size = face_size(landmarks)
+    ramp = max(1.0, size * feather)
+    hull = cv2.convexHull(np.round(landmarks[_OUTLINE] * _ONE).astype(np.int32))
+    area = np.zeros((h, w), np.uint8)
+    cv2.fillConvexPoly(area, hull, 255, cv2.LINE_8, _SHIFT)
+    cv2.bitwise_and(area, valid, dst=area)
+    # Distance to the nearest pixel outside the area (0 outside); pixels beyond the region
+    # border count as inside, so a face cut by the frame edge stays opaque up to that edge.
+    dist = cv2.distanceTransform(area, cv2.DIST_L2, 5)
+    # Even with no feather, drop the outermost pixel (distance 1): valid's rasterised edge is
+    # where the warp extrapolates.
+    dist -= 1.0
+    cv2.max(dist, 0.0, dst=dist)
+    if ramp > 1.0:
+        alpha = cv2.LUT(cv2.convertScaleAbs(dist, alpha=255.0 / ramp), _SMOOTHSTEP)
+    else:
+        alpha = cv2.compare(dist, 0.0, cv2.CMP_GT)
+    # The core (colour statistics, Poisson clone) is the inner half of the ramp and beyond.
+    core = cv2.compare(dist, ramp / 2.0, cv2.CMP_GE)
+
+    if keep_mouth and mouth_open_ratio(landmarks) > mouth_open:
+        lips = landmarks[INNER_LIPS]
+        width = float(np.linalg.norm(landmarks[54] - landmarks[48]))
+        m_radius = int(round(width * feather / 2.0))
+        # Work on the mouth's bounding box only: the cut is small next to the region.
+        pad = 2 * m_radius + 2
+        mx0, my0 = np.maximum(np.floor(lips.min(axis=0)).astype(int) - pad, 0)
+        mx1, my1 = np.minimum(np.ceil(lips.max(axis=0)).astype(int) + pad + 1, (w, h))
+        if mx1 > mx0 and my1 > my0:
+            cut = np.zeros((my1 - my0, mx1 - mx0), np.uint8)
+            poly = np.round((lips - (mx0, my0)) * _ONE).astype(np.int32)
+            cv2.fillPoly(cut, [poly], 255, cv2.LINE_8, _SHIFT)
+            # Dilate then blur by the same radius: the soft edge lies outside the polygon, so
+            # the whole interior keeps the target's pixels exactly.
+            if m_radius > 0:
+                cut = cv2.dilate(cut, _disk(m_radius))
+                keep = cv2.bitwise_not(cv2.GaussianBlur(cut, _odd(m_radius), 0))
+            else:
+                keep = cv2.bitwise_not(cut)
+            sub = alpha[my0:my1, mx0:mx1]
+            cv2.min(sub, keep, dst=sub)
+            sub = core[my0:my1, mx0:mx1]
+            sub[cut > 0] = 0
+    return FaceMasks(alpha=alpha, core=core)
+
+
+# OpenCV's BGR -> YCrCb (BT.601) as a matrix on (B, G, R), rows Y, Cr, Cb; offsets (0, 128, 128).
+_YCC = np.array([
+    [0.114, 0.587, 0.299],
+    [-0.114 * 0.713, -0.587 * 0.713, (1 - 0.299) * 0.713],
+    [(1 - 0.114) * 0.564, -0.587 * 0.564, -0.299 * 0.564],
+])
+_YCC_INV = np.linalg.inv(_YCC)
+_YCC_OFFSET = np.array([0.0, 128.0, 128.0])
+
+
+def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
+    """Reinhard colour transfer: match the patch's per-channel mean/std to the target's.
+
+    The channels are luma and the two chroma differences (YCrCb), which are far less
+    correlated than B, G, R, so matching them one by one keeps hues. Statistics are taken
+    over `mask` only (the inner skin of the face, in both images), and the contrast ratio is
+    clamped so that a nearly flat mask cannot blow colours up. Because YCrCb is linear in
+    BGR, the whole transfer is one 3x4 matrix applied to the BGR patch (no colour-space round
+    trip). Returns a new image; the patch itself when the mask has too few pixels.
+    """
+    if cv2.countNonZero(mask) < _MIN_STAT_PIXELS:
+        return patch
+    mu_s, sd_s = cv2.meanStdDev(cv2.cvtColor(patch, cv2.COLOR_BGR2YCrCb), mask=mask)
+    mu_t, sd_t = cv2.meanStdDev(cv2.cvtColor(target, cv2.COLOR_BGR2YCrCb), mask=mask)
+    gain = np.clip(sd_t.ravel() / np.maximum(sd_s.ravel(), 1.0), *_STD_RATIO)
+    linear = _YCC_INV @ np.diag(gain) @ _YCC  # BGR -> BGR, acting on deviations from the mean
+    mean_s = _YCC_INV @ (mu_s.ravel() - _YCC_OFFSET)
+    mean_t = _YCC_INV @ (mu_t.ravel() - _YCC_OFFSET)
+    matrix = np.empty((3, 4), np.float32)
+    matrix[:, :3] = linear
+    matrix[:, 3] = mean_t - linear @ mean_s
+    # cv2.transform saturates back to uint8 in one pass.
+    return cv2.transform(patch, matrix)
+
+
+def blend_feather(roi: ImageBGR, patch: ImageBGR, alpha: Mask) -> None:
+    """In place: roi = alpha * patch + (1 - alpha) * roi, alpha in 0..255.
+
+    Pixels where alpha is 0 keep their exact value.
+    """
+    w_patch = alpha.astype(np.float32)
+    w_roi = 255.0 - w_patch
+    # blendLinear normalises by the sum of the weights, so 0..255 weights need no scaling.
+    np.copyto(roi, cv2.blendLinear(patch, roi, w_patch, w_roi))
+
+
+def blend_poisson(roi: ImageBGR, patch: ImageBGR, masks: FaceMasks) -> None:
+    """In place: Poisson (seamlessClone, NORMAL_CLONE) of patch into roi over `masks.core`.
+
+    Both images are padded by replicating their edges and the mask by zeros, so the clone
+    mask never touches an image border (where seamlessClone fails); the result is then
+    feathered in with `masks.alpha`, which keeps pixels outside the face and inside a kept
+    mouth exactly as they were.
+    """
+    if cv2.countNonZero(masks.core) == 0:
+        # Nothing left to clone (a tiny face under a wide feather): fall back to the alpha blend.
+        blend_feather(roi, patch, masks.alpha)
+        return
+    pad = 2
+    src = cv2.copyMakeBorder(patch, pad, pad, pad, pad, cv2.BORDER_REPLICATE)
+    dst = cv2.copyMakeBorder(roi, pad, pad, pad, pad, cv2.BORDER_REPLICATE)
+    mask = cv2.copyMakeBorder(masks.core, pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=0)
+    bx, by, bw, bh = cv2.boundingRect(mask)
+    # seamlessClone centres the mask's bounding box on `p` with integer halves; this p puts
+    # it back exactly where it came from.
+    center = (bx + bw // 2, by + bh // 2)
+    cloned = cv2.seamlessClone(src, dst, mask, center, cv2.NORMAL_CLONE)
+    blend_feather(roi, cloned[pad:-pad, pad:-pad], masks.alpha)

@@ -1,0 +1,192 @@
+"""The embedded default's swapper: piecewise-affine warp of the source face, then composite.
+
+`forward` (the swap stage) warps the source onto a target face's landmarks over that face's
+bounding region; `paste` (the composite stage) masks, colour-matches and blends the result
+into the frame, touching that region only. The two may run on different threads: neither
+keeps per-call state in the instance beyond counters, and every SwapResult owns its arrays.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from engines.blend import blend_feather, blend_poisson, face_size, prepare_masks, transfer_color
+from engines.errors import EngineError
+from engines.face import Face, ImageBGR, Landmarks68, SwapResult
+from engines.piecewise_affine import (
+    SourceMesh,
+    Triangles,
+    forward_warp,
+    prepare_mesh,
+    prepare_triangulation,
+)
+from stream.config import SwapConfig
+
+log = logging.getLogger(__name__)
+
+SOURCE_MARGIN = 0.25  # crop margin around the source landmarks, as a fraction of face size
+REGION_MARGIN = 0.04  # target region margin, as a fraction of face size (plus 2 px)
+MIN_FACE_PX = 4.0  # target faces with a landmark span below this are skipped
+MIN_LEVEL_PX = 40.0  # the source pyramid stops halving below this face size
+MAX_LEVELS = 5
+
+
+@dataclass(frozen=True, eq=False)
+class SourceFace:
+    """A source face prepared once per photo.
+
+    `levels[k]` is the face at scale 1 / 2**k: the crop around the face (with margin,
+    edge-replicated where the photo ends), the 68 landmarks in the crop's pixels and the
+    shared triangulation. Smaller levels exist so a small target samples a pre-filtered
+    source instead of aliasing. `sizes[k]` is the face size at level k; `origin` is the
+    crop's top-left corner in the photo.
+    """
+
+    levels: tuple[SourceMesh, ...]
+    sizes: tuple[float, ...]
+    origin: tuple[int, int]
+
+    @property
+    def image(self) -> ImageBGR:
+        """The full-resolution crop."""
+        return self.levels[0].image
+
+    @property
+    def landmarks(self) -> Landmarks68:
+        """The landmarks in the full-resolution crop's pixels."""
+        return self.levels[0].points
+
+    @property
+    def triangles(self) -> Triangles:
+        """The Delaunay triangulation of the source landmarks, as (T, 3) index triples."""
+        return self.levels[0].triangles
+
+    def level_for(self, size: float) -> int:
+        """The smallest level whose face is still at least `size` pixels (0 if none is)."""
+        best = 0
+        for k, level_size in enumerate(self.sizes):
+            if level_size >= size:
+                best = k
+        return best
+
+
+def _check_landmarks(landmarks: object) -> Landmarks68 | None:
+    lm = np.asarray(landmarks, dtype=np.float32)
+    if lm.shape != (68, 2) or not np.isfinite(lm).all():
+        return None
+    return lm
+
+
+class ClassicalSwapper:
+    """Landmark-driven piecewise-affine face swap with colour transfer and soft/Poisson blend."""
+
+    name = "classical"
+
+    def __init__(self, config: SwapConfig) -> None:
+        self.config = config
+        self.calls: dict[str, int] = {"warp": 0, "paste": 0, "skipped": 0}
+
+    def open(self) -> None:
+        """Nothing to load: the classical swapper has no model file."""
+
+    def prepare_source(self, image: ImageBGR, landmarks: Landmarks68) -> SourceFace:
+        """Crop the source face with a margin, build its pyramid and its triangulation.
+
+        Raises EngineError for an image that is not HxWx3 uint8 or landmarks that are not
+        (68, 2) finite points spanning a face.
+        """
+        if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 \
+                or image.shape[2] != 3 or image.shape[0] < 2 or image.shape[1] < 2:
+            shape = getattr(image, "shape", None)
+            raise EngineError(f"source image must be HxWx3 uint8 BGR, got shape {shape}")
+        lm = _check_landmarks(landmarks)
+        if lm is None:
+            raise EngineError(
+                f"source landmarks must be (68, 2) finite points, got {np.shape(landmarks)}")
+        size = face_size(lm)
+        span = lm.max(axis=0) - lm.min(axis=0)
+        if span.min() < MIN_FACE_PX:
+            raise EngineError(f"source landmarks span only {span.min():.1f} px: no usable face")
+
+        margin = SOURCE_MARGIN * size + 4
+        x0, y0 = np.floor(lm.min(axis=0) - margin).astype(int)
+        x1, y1 = np.ceil(lm.max(axis=0) + margin).astype(int) + 1
+        h, w = image.shape[:2]
+        inner = image[max(y0, 0):min(y1, h), max(x0, 0):min(x1, w)]
+        if inner.size == 0:
+            raise EngineError("source landmarks lie outside the source image")
+        # Edge-replicate where the crop leaves the photo, so every triangle has pixels.
+        crop = cv2.copyMakeBorder(
+            inner, max(-y0, 0), max(y1 - h, 0), max(-x0, 0), max(x1 - w, 0), cv2.BORDER_REPLICATE)
+        crop_lm = (lm - np.array([x0, y0], np.float32)).astype(np.float32)
+        triangles = prepare_triangulation(crop_lm)
+
+        levels = [prepare_mesh(np.ascontiguousarray(crop), crop_lm, triangles)]
+        sizes = [size]
+        while len(levels) < MAX_LEVELS and sizes[-1] / 2 >= MIN_LEVEL_PX:
+            last = levels[-1]
+            # pyrDown centres output pixel i on input pixel 2i, so coordinates simply halve.
+            levels.append(prepare_mesh(cv2.pyrDown(last.image), last.points / 2, triangles))
+            sizes.append(sizes[-1] / 2)
+        log.debug("source prepared: face %.0f px, %d triangles, %d levels",
+                  size, len(triangles), len(levels))
+        return SourceFace(levels=tuple(levels), sizes=tuple(sizes), origin=(int(x0), int(y0)))
+
+    def face_region(self, frame_shape: tuple[int, ...], landmarks: Landmarks68
+                    ) -> tuple[int, int, int, int] | None:
+        """The landmarks' bounding box plus a small margin, clipped to the frame (or None)."""
+        lo, hi = landmarks.min(axis=0), landmarks.max(axis=0)
+        if (hi - lo).min() < MIN_FACE_PX:
+            return None
+        margin = 2 + REGION_MARGIN * face_size(landmarks)
+        h, w = frame_shape[:2]
+        x0 = int(max(np.floor(lo[0] - margin), 0))
+        y0 = int(max(np.floor(lo[1] - margin), 0))
+        x1 = int(min(np.ceil(hi[0] + margin) + 1, w))
+        y1 = int(min(np.ceil(hi[1] + margin) + 1, h))
+        if x1 - x0 < 2 or y1 - y0 < 2:
+            return None
+        return x0, y0, x1, y1
+
+    def forward(self, frame: ImageBGR, face: Face, source: SourceFace) -> SwapResult | None:
+        """The swap stage: warp the source onto `face`'s landmarks, over the face region only.
+
+        Returns None (and counts a skip) when the region is empty or degenerate: face
+        off-frame, collapsed or non-finite landmarks. Reads only `frame.shape`.
+        """
+        lm = _check_landmarks(face.landmarks)
+        region = None if lm is None else self.face_region(frame.shape, lm)
+        if lm is None or region is None:
+            self.calls["skipped"] += 1
+            return None
+        x0, y0, x1, y1 = region
+        level = source.level_for(face_size(lm))
+        patch, valid = forward_warp(source.levels[level], lm - np.array([x0, y0], np.float32),
+                                    (x1 - x0, y1 - y0))
+        if cv2.countNonZero(valid) == 0:
+            self.calls["skipped"] += 1
+            return None
+        self.calls["warp"] += 1
+        return SwapResult(region=region, patch=patch, valid=valid)
+
+    def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
+        """The composite stage: mask, colour transfer, blend, in place in `result.region` only."""
+        x0, y0, x1, y1 = result.region
+        roi = frame[y0:y1, x0:x1]
+        if roi.shape[:2] != result.patch.shape[:2] or result.valid.shape != result.patch.shape[:2]:
+            raise EngineError(
+                f"swap result for region {result.region} has patch {result.patch.shape[:2]} "
+                f"and valid {result.valid.shape} but the frame region is {roi.shape[:2]}")
+        lm = np.asarray(face.landmarks, np.float32) - np.array([x0, y0], np.float32)
+        cfg = self.config
+        masks = prepare_masks(lm, result.valid, cfg.feather, cfg.keep_mouth, cfg.mouth_open)
+        patch = transfer_color(result.patch, roi, masks.core) if cfg.color_transfer \
+            else result.patch
+        if cfg.blend == "poisson":
+            blend_poisson(roi, patch, masks)
+        else:
+            blend_feather(roi, patch, masks.alpha)
+        self.calls["paste"] += 1

@@ -1,0 +1,176 @@
+"""Landmark-driven piecewise-affine warp: one Delaunay mesh per source, one remap per target face.
+
+The mesh is a fixed set of landmark index triples computed once on the source face. For a
+target face, every pixel of the target's region that falls inside a target triangle is sent
+by that triangle's affine map (target -> source) to the matching source point; the maps of
+the whole region are built with a few vectorised operations and the source is sampled with a
+single `cv2.remap`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from engines.errors import EngineError
+from engines.face import ImageBGR
+
+Triangles: TypeAlias = npt.NDArray[np.int32]  # (T, 3) indices into the 68 landmarks
+Points: TypeAlias = npt.NDArray[np.float32]  # (N, 2) x, y
+
+# Triangle ids are rasterised into a uint8 label image (0 = no triangle) so that cv2.LUT can
+# turn ids into per-pixel coefficients; a Delaunay mesh of 68 points has at most 131 triangles.
+MAX_TRIANGLES = 255
+# Twice the area (px^2) under which a target triangle counts as collapsed: its affine inverse
+# would blow rasterisation slack up into samples far away, so it maps to its source centroid.
+MIN_DOUBLE_AREA = 1.0
+_SHIFT = 4  # fractional bits of the polygon vertices handed to cv2.fillConvexPoly
+_ONE = 1 << _SHIFT
+
+
+def prepare_triangulation(landmarks: Points) -> Triangles:
+    """Delaunay triangulation of the (source) landmarks, as landmark index triples.
+
+    Computed once per source face; the same index triples are then drawn on every target face.
+    Raises EngineError when the points are not finite or too degenerate to triangulate.
+    """
+    pts = np.asarray(landmarks, dtype=np.float32)
+    if pts.ndim != 2 or pts.shape[1] != 2 or len(pts) < 3 or not np.isfinite(pts).all():
+        raise EngineError(
+            f"cannot triangulate landmarks of shape {pts.shape}: need finite (N>=3, 2) points")
+    lo = np.floor(pts.min(axis=0)) - 2
+    hi = np.ceil(pts.max(axis=0)) + 2
+    subdiv = cv2.Subdiv2D((int(lo[0]), int(lo[1]), int(hi[0] - lo[0]), int(hi[1] - lo[1])))
+    subdiv.insert([(float(x), float(y)) for x, y in pts])
+    corners = subdiv.getTriangleList().reshape(-1, 3, 2).astype(np.float32)
+    if corners.size == 0:
+        raise EngineError("cannot triangulate landmarks: all points coincide or are collinear")
+    # Subdiv2D returns coordinates, not indices; map each corner back to its landmark. Corners
+    # that match no landmark belong to Subdiv2D's virtual outer triangle and are dropped.
+    dist = np.linalg.norm(corners[:, :, None, :] - pts[None, None, :, :], axis=-1)
+    index = dist.argmin(axis=-1)
+    keep = (dist.min(axis=-1) < 1e-2).all(axis=1)
+    keep &= (index[:, 0] != index[:, 1]) & (index[:, 1] != index[:, 2])
+    keep &= index[:, 0] != index[:, 2]
+    tri = index[keep].astype(np.int32)
+    if len(tri):
+        p = pts[tri].astype(np.float64)
+        e1, e2 = p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]
+        double_area = np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
+        tri = tri[double_area > 1e-6]
+    if len(tri) == 0:
+        raise EngineError("cannot triangulate landmarks: all points coincide or are collinear")
+    if len(tri) >= MAX_TRIANGLES:
+        raise EngineError(f"too many triangles ({len(tri)}) for {len(pts)} points")
+    return np.ascontiguousarray(tri)
+
+
+@dataclass(frozen=True, eq=False)
+class SourceMesh:
+    """A source image with its landmarks and mesh, plus what every warp of it reuses.
+
+    `bounds` holds four (1, 256) lookup rows indexed by triangle id (1-based): min x, min y,
+    max x, max y of each source triangle (id 0: far outside the image).
+    """
+
+    image: ImageBGR
+    points: Points
+    triangles: Triangles
+    bounds: npt.NDArray[np.float32]
+
+
+def prepare_mesh(image: ImageBGR, points: Points, triangles: Triangles) -> SourceMesh:
+    """Bundle a source image, its landmarks and triangulation for repeated warps."""
+    pts = np.ascontiguousarray(points, dtype=np.float32)
+    tri = pts[triangles]
+    bounds = np.full((4, 1, 256), -1e4, np.float32)
+    bounds[0:2, 0, 1 : len(triangles) + 1] = tri.min(axis=1).T
+    bounds[2:4, 0, 1 : len(triangles) + 1] = tri.max(axis=1).T
+    return SourceMesh(image=image, points=pts, triangles=triangles, bounds=bounds)
+
+
+def prepare_affines(
+    triangles: Triangles, src_points: Points, dst_points: Points
+) -> npt.NDArray[np.float64]:
+    """Per-triangle affine maps dst -> src, in closed form for all triangles at once.
+
+    Returns (T, 3, 2) coefficients c such that [x, y, 1] @ c[t] = (sx, sy) for a destination
+    point (x, y) in triangle t. Collapsed destination triangles (twice the area below
+    MIN_DOUBLE_AREA, or not finite) get a constant map to their source triangle's centroid.
+    """
+    src = np.asarray(src_points, np.float64)[triangles]  # (T, 3, 2)
+    dst = np.asarray(dst_points, np.float64)[triangles]
+    edges_d = (dst[:, 1:] - dst[:, :1]).transpose(0, 2, 1)  # (T, 2, 2), columns e1, e2
+    edges_s = (src[:, 1:] - src[:, :1]).transpose(0, 2, 1)
+    det = edges_d[:, 0, 0] * edges_d[:, 1, 1] - edges_d[:, 0, 1] * edges_d[:, 1, 0]
+    bad = ~(np.abs(det) >= MIN_DOUBLE_AREA)  # also catches NaN
+    inverse = np.empty_like(edges_d)  # adjugate / det
+    inverse[:, 0, 0] = edges_d[:, 1, 1]
+    inverse[:, 0, 1] = -edges_d[:, 0, 1]
+    inverse[:, 1, 0] = -edges_d[:, 1, 0]
+    inverse[:, 1, 1] = edges_d[:, 0, 0]
+    inverse /= np.where(bad, 1.0, det)[:, None, None]
+    # s = s0 + L (p - d0) with L = [f1 f2] @ inverse([e1 e2]).
+    linear = edges_s @ inverse
+    linear[bad] = 0.0
+    offset = src[:, 0] - (linear @ dst[:, 0, :, None])[:, :, 0]
+    offset[bad] = src[bad].mean(axis=1)
+    coef = np.empty((len(triangles), 3, 2))
+    coef[:, 0:2] = linear.transpose(0, 2, 1)  # rows: multiplies x, multiplies y
+    coef[:, 2] = offset
+    return coef
+
+
+def forward_warp(
+    mesh: SourceMesh, dst_points: Points, size: tuple[int, int]
+) -> tuple[ImageBGR, npt.NDArray[np.uint8]]:
+    """Warp the mesh's image so that its points land on `dst_points`, over a (w, h) region.
+
+    `dst_points` are in region coordinates (pixel centres at integers, like the mesh's points
+    in its image). Returns the warped patch (h, w, 3) uint8, black where no triangle covers
+    the pixel, and `valid` (h, w) uint8, 255 where a triangle covers it.
+    """
+    w, h = size
+    triangles = mesh.triangles
+    n = len(triangles)
+    dst = np.asarray(dst_points, np.float32)
+    # Rasterise triangle ids (1-based) into a label image of the region only.
+    labels = np.zeros((h, w), np.uint8)
+    fixed = np.round(dst[triangles] * _ONE).astype(np.int32)  # (T, 3, 2)
+    fill = cv2.fillConvexPoly
+    for tid, poly in enumerate(fixed, 1):
+        fill(labels, poly, tid, cv2.LINE_8, _SHIFT)
+
+    # One (1, 256) lookup table per coefficient: x-coefficient, y-coefficient and offset of
+    # map_x, then of map_y. Id 0 (no triangle) maps far outside the source, so remap's
+    # constant border makes it black.
+    luts = np.empty((6, 1, 256), np.float32)
+    luts[:, 0, 0] = (0.0, 0.0, -1e4, 0.0, 0.0, -1e4)
+    luts[:, 0, 1 : n + 1] = prepare_affines(triangles, mesh.points, dst).transpose(2, 1, 0) \
+        .reshape(6, n)
+
+    xs = np.arange(w, dtype=np.float32)[None, :]
+    ys = np.arange(h, dtype=np.float32)[:, None]
+    lut = cv2.LUT
+    map_x = lut(labels, luts[0]) * xs
+    map_x += lut(labels, luts[1]) * ys
+    map_x += lut(labels, luts[2])
+    map_y = lut(labels, luts[3]) * xs
+    map_y += lut(labels, luts[4]) * ys
+    map_y += lut(labels, luts[5])
+    # Clamp to the source triangle's bounding box: a pixel on a triangle's rasterised edge
+    # lies a fraction of a pixel outside it, and a thin target triangle magnifies that slack
+    # into a sample far away; the clamp keeps every sample near its own triangle.
+    bounds = mesh.bounds
+    cv2.max(map_x, lut(labels, bounds[0]), dst=map_x)
+    cv2.max(map_y, lut(labels, bounds[1]), dst=map_y)
+    cv2.min(map_x, lut(labels, bounds[2]), dst=map_x)
+    cv2.min(map_y, lut(labels, bounds[3]), dst=map_y)
+
+    patch = cv2.remap(mesh.image, map_x, map_y, cv2.INTER_LINEAR,
+                      borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0))
+    valid = cv2.compare(labels, 0, cv2.CMP_GT)
+    return patch, valid

@@ -1,0 +1,409 @@
+"""Behaviour of the classical swapper: piecewise-affine warp, masks, colour transfer, blends.
+
+Targets are synthesised from the astronaut's real dlib landmarks: the picture and its
+landmarks are moved by one known affine map, so the warped source must equal the moved
+picture wherever the mesh covers it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import dlib
+import face_recognition_models
+import numpy as np
+import pytest
+from skimage import data
+
+from engines.blend import mouth_open_ratio, prepare_masks, transfer_color
+from engines.classical_swapper import ClassicalSwapper, SourceFace
+from engines.errors import EngineError
+from engines.face import INNER_LIPS, Face, SwapResult
+from engines.piecewise_affine import forward_warp, prepare_affines, prepare_triangulation
+from stream.config import SwapConfig
+
+
+@dataclass(frozen=True)
+class Astronaut:
+    image: np.ndarray  # BGR
+    landmarks: np.ndarray  # (68, 2) float32
+
+
+@pytest.fixture(scope="module")
+def astro() -> Astronaut:
+    rgb = data.astronaut()
+    detector = dlib.get_frontal_face_detector()
+    predictor = dlib.shape_predictor(face_recognition_models.pose_predictor_model_location())
+    boxes = detector(rgb, 1)
+    assert len(boxes) >= 1
+    box = max(boxes, key=lambda r: r.area())
+    points = np.array([(p.x, p.y) for p in predictor(rgb, box).parts()], np.float32)
+    return Astronaut(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), points)
+
+
+@pytest.fixture(scope="module")
+def source(astro: Astronaut) -> SourceFace:
+    return ClassicalSwapper(SwapConfig()).prepare_source(astro.image, astro.landmarks)
+
+
+def similarity(angle: float = 0.0, scale: float = 1.0, shift: tuple[float, float] = (0.0, 0.0),
+               centre: tuple[float, float] = (225.0, 130.0)) -> np.ndarray:
+    """2x3 map: rotate/scale about `centre` (the astronaut's face), then translate."""
+    m = cv2.getRotationMatrix2D(centre, angle, scale)
+    m[:, 2] += shift
+    return m
+
+
+def move(astro: Astronaut, matrix: np.ndarray, size: tuple[int, int] = (512, 512),
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """The astronaut picture and landmarks moved by `matrix` onto a (w, h) canvas."""
+    frame = cv2.warpAffine(astro.image, matrix, size, flags=cv2.INTER_LINEAR,
+                           borderMode=cv2.BORDER_REFLECT)
+    points = (np.c_[astro.landmarks, np.ones(68)] @ matrix.T).astype(np.float32)
+    return frame, points
+
+
+def face_of(points: np.ndarray) -> Face:
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    return Face(box=(float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1])), landmarks=points)
+
+
+def hull_mask(points: np.ndarray, shape: tuple[int, int], grow: int = 0) -> np.ndarray:
+    """Filled convex hull of `points` (grow < 0 erodes, > 0 dilates by |grow| px)."""
+    mask = np.zeros(shape, np.uint8)
+    cv2.fillConvexPoly(mask, cv2.convexHull(np.round(points).astype(np.int32)), 255)
+    if grow:
+        kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * abs(grow) + 1,) * 2)
+        mask = cv2.dilate(mask, kernel) if grow > 0 else cv2.erode(mask, kernel)
+    return mask
+
+
+def region_points(points: np.ndarray, result: SwapResult) -> np.ndarray:
+    return points - np.array(result.region[:2], np.float32)
+
+
+def random_similarity(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return similarity(angle=rng.uniform(-20, 20), scale=rng.uniform(0.7, 1.6),
+                      shift=tuple(rng.uniform(-60, 60, size=2)))
+
+
+# Each row: a map applied to the astronaut and its landmarks, and the tolerated mean / 99th
+# percentile absolute error (grey levels) between the warp and the moved picture in the hull.
+MOVES = [
+    pytest.param(np.eye(2, 3), 0.5, 2, id="identity"),
+    pytest.param(similarity(shift=(37.25, -21.5)), 0.5, 2, id="translate-subpixel"),
+    pytest.param(similarity(scale=1.5, shift=(40, 60)), 0.5, 3, id="scale-up"),
+    pytest.param(similarity(scale=0.75), 1.0, 8, id="scale-down"),
+    pytest.param(similarity(angle=17, scale=1.1, shift=(-30, 15)), 0.5, 3, id="rotate"),
+    pytest.param(np.array([[1.1, 0.25, -40.0], [-0.1, 0.9, 30.0]]), 0.5, 3, id="shear"),
+    # At a third of the size the swapper samples a pre-blurred pyramid level, which is
+    # smoother than warpAffine's plain bilinear sampling.
+    pytest.param(similarity(scale=0.35), 7.0, 40, id="scale-third-pyramid"),
+    *[pytest.param(random_similarity(seed), 0.8, 6, id=f"seed{seed}") for seed in range(4)],
+]
+
+
+@pytest.mark.parametrize(("matrix", "mean_tol", "p99_tol"), MOVES)
+def test_warp_reproduces_moved_source(astro, source, matrix, mean_tol, p99_tol):
+    frame, points = move(astro, matrix)
+    untouched = frame.copy()
+    result = ClassicalSwapper(SwapConfig()).forward(frame, face_of(points), source)
+    assert result is not None
+    assert np.array_equal(frame, untouched), "forward must not modify the frame"
+    x0, y0, x1, y1 = result.region
+    inside = hull_mask(region_points(points, result), (y1 - y0, x1 - x0), grow=-2) > 0
+    error = np.abs(result.patch.astype(int) - frame[y0:y1, x0:x1].astype(int))[inside]
+    assert error.mean() <= mean_tol
+    assert np.percentile(error, 99) <= p99_tol
+
+
+@pytest.mark.parametrize("matrix", [pytest.param(m.values[0], id=m.id) for m in MOVES])
+def test_valid_covers_hull_and_little_else(astro, source, matrix):
+    frame, points = move(astro, matrix)
+    result = ClassicalSwapper(SwapConfig()).forward(frame, face_of(points), source)
+    assert result is not None
+    x0, y0, x1, y1 = result.region
+    local = region_points(points, result)
+    shape = (y1 - y0, x1 - x0)
+    assert result.valid.dtype == np.uint8 and set(np.unique(result.valid)) <= {0, 255}
+    assert not np.any(hull_mask(local, shape, grow=-1)[result.valid == 0])
+    assert not np.any(result.valid[hull_mask(local, shape, grow=2) == 0])
+
+
+def test_region_is_the_landmark_box_plus_a_small_margin(astro, source):
+    frame, points = move(astro, similarity(scale=1.2, shift=(10, 20)))
+    result = ClassicalSwapper(SwapConfig()).forward(frame, face_of(points), source)
+    x0, y0, x1, y1 = result.region
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    assert all(isinstance(v, int) for v in result.region)
+    assert x0 <= lo[0] and y0 <= lo[1] and x1 > hi[0] and y1 > hi[1]
+    size = float(np.sqrt(np.prod(hi - lo)))
+    assert max(lo[0] - x0, lo[1] - y0, x1 - hi[0], y1 - hi[1]) <= 0.1 * size
+    assert result.patch.shape == (y1 - y0, x1 - x0, 3) and result.valid.shape == (y1 - y0, x1 - x0)
+
+
+def test_affines_are_exact_for_a_global_affine(astro):
+    tri = prepare_triangulation(astro.landmarks)
+    matrix = np.array([[0.9, 0.2, 15.0], [-0.3, 1.2, -7.0]])
+    moved = (np.c_[astro.landmarks, np.ones(68)] @ matrix.T).astype(np.float32)
+    coef = prepare_affines(tri, astro.landmarks, moved)
+    inverse = cv2.invertAffineTransform(matrix)
+    np.testing.assert_allclose(coef[:, :2, :], np.broadcast_to(inverse[:, :2].T, coef[:, :2].shape),
+                               atol=1e-4)
+    np.testing.assert_allclose(coef[:, 2, :], np.broadcast_to(inverse[:, 2], coef[:, 2].shape),
+                               atol=1e-2)
+
+
+def test_triangulation_uses_every_landmark_once_per_corner(astro, source):
+    tri = source.triangles
+    assert tri.dtype == np.int32 and tri.ndim == 2 and tri.shape[1] == 3
+    assert 100 <= len(tri) <= 131  # Delaunay of 68 points: 2n - 2 - hull size
+    assert set(np.unique(tri)) == set(range(68))
+    assert len({tuple(sorted(t)) for t in tri.tolist()}) == len(tri)
+
+
+def test_source_pyramid_halves(astro, source):
+    assert len(source.levels) >= 2
+    for k, mesh in enumerate(source.levels):
+        np.testing.assert_allclose(mesh.points, source.landmarks / 2 ** k, atol=1e-4)
+        assert mesh.points.min() >= 0 and (mesh.points.max(axis=0) < mesh.image.shape[1::-1]).all()
+        assert mesh.triangles is source.triangles
+        assert source.sizes[k] == pytest.approx(source.sizes[0] / 2 ** k)
+    assert source.level_for(source.sizes[0] * 2) == 0
+    assert source.level_for(source.sizes[1] * 0.9) == 1
+
+
+@pytest.mark.parametrize(("image", "points"), [
+    (np.zeros((64, 64), np.uint8), "ok"),
+    (np.zeros((64, 64, 3), np.float32), "ok"),
+    ("astro", np.zeros((5, 2), np.float32)),
+    ("astro", np.full((68, 2), np.nan, np.float32)),
+    ("astro", np.full((68, 2), 100.0, np.float32)),
+])
+def test_prepare_source_rejects_bad_input(astro, image, points):
+    image = astro.image if isinstance(image, str) else image
+    points = astro.landmarks if isinstance(points, str) else points
+    with pytest.raises(EngineError):
+        ClassicalSwapper(SwapConfig()).prepare_source(image, points)
+
+
+def test_source_near_photo_edge_is_padded(astro):
+    # The face's crop leaves the photo: it is edge-replicated, and the warp still works.
+    cut = astro.image[100:, 190:].copy()
+    points = astro.landmarks - np.array([190, 100], np.float32)
+    swapper = ClassicalSwapper(SwapConfig())
+    src = swapper.prepare_source(cut, points)
+    assert src.origin[0] < 0 and src.origin[1] < 0
+    result = swapper.forward(astro.image, face_of(astro.landmarks), src)
+    assert result is not None and np.count_nonzero(result.valid) > 1000
+
+
+@pytest.mark.parametrize("blend", ["feather", "poisson"])
+@pytest.mark.parametrize("color", [True, False])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_paste_changes_the_region_only(astro, source, blend, color, seed):
+    rng = np.random.default_rng(seed)
+    other = cv2.cvtColor(data.coffee(), cv2.COLOR_RGB2BGR)
+    frame, points = move(astro, random_similarity(seed), size=(640, 480))
+    frame[:] = cv2.resize(other, (640, 480))  # a different picture under the same landmarks
+    frame[:, :, rng.integers(3)] //= 2
+    before = frame.copy()
+    swapper = ClassicalSwapper(SwapConfig(blend=blend, color_transfer=color))
+    face = face_of(points)
+    result = swapper.forward(frame, face, source)
+    swapper.paste(frame, face, result)
+    x0, y0, x1, y1 = result.region
+    outside = np.ones(frame.shape[:2], bool)
+    outside[y0:y1, x0:x1] = False
+    assert np.array_equal(frame[outside], before[outside])
+    changed = np.any(frame != before, axis=2)
+    assert changed[y0:y1, x0:x1].mean() > 0.2
+    # Outside the landmark hull (grown by a pixel), the region keeps the target as well.
+    far = hull_mask(points, frame.shape[:2], grow=2) == 0
+    assert not changed[far].any()
+    assert swapper.calls == {"warp": 1, "paste": 1, "skipped": 0}
+
+
+@pytest.mark.parametrize("feather", [0.06, 0.12, 0.25])
+def test_feathered_mask_is_soft_at_the_edge_and_opaque_inside(astro, feather):
+    points = astro.landmarks - astro.landmarks.min(axis=0) + 6
+    shape = tuple(int(v) for v in points.max(axis=0)[::-1] + 8)
+    valid = np.full(shape, 255, np.uint8)
+    masks = prepare_masks(points, valid, feather, keep_mouth=True, mouth_open=0.12)
+    alpha = masks.alpha
+    soft = (alpha > 0) & (alpha < 255)
+    assert soft.any()
+    nose = tuple(np.round(points[30]).astype(int)[::-1])
+    assert alpha[nose] == 255 and masks.core[nose] == 255
+    assert not alpha[hull_mask(points, shape, grow=1) == 0].any()
+    # A wider feather gives a wider soft band, of about feather x face size.
+    size = float(np.sqrt(np.prod(points.max(axis=0) - points.min(axis=0))))
+    band = soft.sum() / (cv2.arcLength(cv2.convexHull(points[:27]), True))
+    assert 0.5 * feather * size <= band <= 1.5 * feather * size + 2
+
+
+def test_no_feather_gives_a_hard_mask(astro):
+    points = astro.landmarks - astro.landmarks.min(axis=0) + 6
+    shape = tuple(int(v) for v in points.max(axis=0)[::-1] + 8)
+    masks = prepare_masks(points, np.full(shape, 255, np.uint8), 0.0, True, 0.12)
+    assert set(np.unique(masks.alpha)) == {0, 255}
+
+
+def set_mouth(points: np.ndarray, gap: float) -> np.ndarray:
+    """The same landmarks with the inner lower lip `gap` px below the inner upper lip.
+
+    The lower lip, outer lower lip and chin move with it, as when a jaw opens; gap 0 closes
+    the mouth (the astronaut smiles with parted lips).
+    """
+    moved = points.copy()
+    drop = points[[63, 62, 61]] + (0, gap) - points[[65, 66, 67]]
+    moved[[65, 66, 67]] += drop
+    moved[[55, 56, 57, 58, 59]] += drop.mean(axis=0)
+    moved[6:11] += drop.mean(axis=0)
+    return moved
+
+
+@pytest.mark.parametrize(("keep_mouth", "threshold", "kept"), [
+    (True, 0.12, True),  # open, and asked to keep it
+    (False, 0.12, False),  # open, but keep_mouth is off
+    (True, 0.5, False),  # the gap is below this threshold: counts as closed, nothing is cut
+])
+def test_open_mouth_keeps_the_target_mouth(astro, source, keep_mouth, threshold, kept):
+    frame, points = move(astro, similarity(scale=1.3))
+    points = set_mouth(points, 14.0)
+    lips = np.round(points[INNER_LIPS]).astype(np.int32)
+    mouth = np.zeros(frame.shape[:2], np.uint8)
+    cv2.fillPoly(mouth, [lips], 255)
+    mouth = cv2.erode(mouth, np.ones((3, 3), np.uint8))
+    frame[mouth > 0] = (40, 0, 160)  # a dark red mouth interior nothing in the source has
+    before = frame.copy()
+    swapper = ClassicalSwapper(SwapConfig(keep_mouth=keep_mouth, mouth_open=threshold))
+    face = face_of(points)
+    swapper.paste(frame, face, swapper.forward(frame, face, source))
+    inside = mouth > 0
+    assert inside.sum() > 100
+    if kept:
+        assert np.array_equal(frame[inside], before[inside])
+    else:
+        assert np.any(frame[inside] != before[inside], axis=1).mean() > 0.5
+
+
+def test_closed_mouth_is_not_cut_out(astro):
+    points = set_mouth(astro.landmarks, 0.0) - astro.landmarks.min(axis=0) + 6
+    shape = tuple(int(v) for v in points.max(axis=0)[::-1] + 8)
+    masks = prepare_masks(points, np.full(shape, 255, np.uint8), 0.12, True, 0.12)
+    for i in (61, 62, 63, 65, 66, 67):
+        x, y = np.round(points[i]).astype(int)
+        assert masks.alpha[y, x] == 255
+
+
+def test_mouth_open_ratio(astro):
+    assert mouth_open_ratio(set_mouth(astro.landmarks, 0.0)) < 0.01
+    assert mouth_open_ratio(set_mouth(astro.landmarks, 14.0)) > 0.2
+
+
+@pytest.mark.parametrize("tint", [(0.6, 1.0, 1.3), (1.2, 0.8, 0.7), (0.5, 0.5, 0.5)])
+def test_colour_transfer_moves_the_face_toward_the_target(astro, source, tint):
+    frame, points = move(astro, similarity(angle=-6, scale=1.2))
+    frame = np.clip(frame * np.array(tint), 0, 255).astype(np.uint8)
+    face = face_of(points)
+    means = {}
+    for color in (False, True):
+        swapper = ClassicalSwapper(SwapConfig(color_transfer=color))
+        result = swapper.forward(frame, face, source)
+        x0, y0, x1, y1 = result.region
+        masks = prepare_masks(region_points(points, result), result.valid, 0.12, True, 0.12)
+        core = masks.core > 0
+        target_mean = frame[y0:y1, x0:x1][core].mean(axis=0)
+        out = frame.copy()
+        swapper.paste(out, face, result)
+        means[color] = out[y0:y1, x0:x1][core].mean(axis=0)
+    before = np.linalg.norm(means[False] - target_mean)
+    after = np.linalg.norm(means[True] - target_mean)
+    assert after < 0.25 * before
+    assert after < 4.0
+
+
+def test_colour_transfer_without_pixels_is_a_no_op(astro):
+    patch = astro.image[:40, :40]
+    assert transfer_color(patch, patch, np.zeros((40, 40), np.uint8)) is patch
+
+
+# Faces touching or leaving the frame: (frame size, shift applied to the astronaut).
+EDGES = [
+    pytest.param((260, 200), (-150, -40), id="touching-left-top"),
+    pytest.param((512, 512), (-200, 0), id="half-off-left"),
+    pytest.param((512, 512), (280, 0), id="half-off-right"),
+    pytest.param((512, 512), (0, -150), id="half-off-top"),
+    pytest.param((400, 220), (0, 60), id="half-off-bottom"),
+    pytest.param((300, 200), (-195, -110), id="corner"),
+]
+
+
+@pytest.mark.parametrize("blend", ["feather", "poisson"])
+@pytest.mark.parametrize(("size", "shift"), EDGES)
+def test_faces_at_the_frame_edge_do_not_raise(astro, source, blend, size, shift):
+    frame, points = move(astro, similarity(shift=shift), size=size)
+    frame[:] = (frame * 0.8).astype(np.uint8)  # the target differs from the source
+    before = frame.copy()
+    swapper = ClassicalSwapper(SwapConfig(blend=blend))
+    face = face_of(points)
+    result = swapper.forward(frame, face, source)
+    assert result is not None
+    x0, y0, x1, y1 = result.region
+    assert 0 <= x0 < x1 <= size[0] and 0 <= y0 < y1 <= size[1]
+    swapper.paste(frame, face, result)
+    assert np.any(frame != before)
+
+
+def test_poisson_with_the_hull_filling_the_whole_frame(astro, source):
+    # The frame is exactly the landmarks' box: the mask touches every border.
+    lo = np.floor(astro.landmarks.min(axis=0)).astype(int)
+    hi = np.ceil(astro.landmarks.max(axis=0)).astype(int)
+    frame = (astro.image[lo[1]:hi[1], lo[0]:hi[0]] * 0.7).astype(np.uint8)
+    points = astro.landmarks - lo.astype(np.float32)
+    swapper = ClassicalSwapper(SwapConfig(blend="poisson"))
+    face = face_of(points)
+    result = swapper.forward(frame, face, source)
+    assert result is not None and result.region == (0, 0, frame.shape[1], frame.shape[0])
+    before = frame.copy()
+    swapper.paste(frame, face, result)
+    assert np.any(frame != before)
+
+
+@pytest.mark.parametrize("points", [
+    pytest.param(lambda p: p + (2000, 0), id="off-frame"),
+    pytest.param(lambda p: p - (0, 1000), id="off-frame-above"),
+    pytest.param(lambda p: np.full_like(p, 200.0), id="collapsed"),
+    pytest.param(lambda p: np.where(np.arange(68)[:, None] == 3, np.nan, p), id="nan"),
+    pytest.param(lambda p: p[:5], id="too-few"),
+])
+def test_degenerate_targets_give_none(astro, source, points):
+    swapper = ClassicalSwapper(SwapConfig())
+    lm = points(astro.landmarks.copy()).astype(np.float32)
+    assert swapper.forward(astro.image, Face(box=(0, 0, 1, 1), landmarks=lm), source) is None
+    assert swapper.calls["skipped"] == 1 and swapper.calls["warp"] == 0
+
+
+@pytest.mark.parametrize("squash", [0.02, 0.03, 0.2])
+def test_thin_triangles_sample_inside_their_source_triangle(astro, source, squash):
+    # A face squashed sideways (a head seen edge-on) has thin triangles whose inverse maps
+    # magnify rasterisation slack many times; no sample may land outside the source crop
+    # (which the constant border would show as black).
+    points = astro.landmarks.copy()
+    points[:, 0] = (points[:, 0] - points[:, 0].min()) * squash + 3
+    points[:, 1] += 3 - points[:, 1].min()
+    size = tuple(int(v) for v in points.max(axis=0) + 6)
+    patch, valid = forward_warp(source.levels[0], points, size)
+    assert np.count_nonzero(valid) > 100
+    assert (patch[valid > 0].max(axis=1) > 0).all()
+
+
+def test_paste_rejects_a_mismatched_result(astro, source):
+    swapper = ClassicalSwapper(SwapConfig())
+    face = face_of(astro.landmarks)
+    result = swapper.forward(astro.image, face, source)
+    bad = SwapResult(region=(0, 0, 10, 10), patch=result.patch, valid=result.valid)
+    with pytest.raises(EngineError):
+        swapper.paste(astro.image.copy(), face, bad)

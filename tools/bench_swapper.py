@@ -1,0 +1,90 @@
+"""Benchmark the classical swapper: mean / p95 ms of forward and paste for one ~110 px face.
+
+The source is skimage's astronaut; the target is the same picture on a 1280x720 frame,
+rotated a little and scaled so the face spans about 110 px. Run:
+
+    python tools/bench_swapper.py [--repeat 500] [--size 110]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import dlib
+import face_recognition_models
+import numpy as np
+from skimage import data
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engines.classical_swapper import ClassicalSwapper  # noqa: E402
+from engines.face import Face  # noqa: E402
+from stream.config import SwapConfig  # noqa: E402
+
+
+def astronaut_landmarks() -> tuple[np.ndarray, np.ndarray]:
+    """The astronaut picture (BGR) and its 68 dlib landmarks."""
+    rgb = data.astronaut()
+    detector = dlib.get_frontal_face_detector()
+    predictor = dlib.shape_predictor(face_recognition_models.pose_predictor_model_location())
+    box = max(detector(rgb, 1), key=lambda r: r.area())
+    shape = predictor(rgb, box)
+    points = np.array([(p.x, p.y) for p in shape.parts()], np.float32)
+    return cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), points
+
+
+def stats(samples: list[float]) -> str:
+    ms = np.array(samples) * 1e3
+    return f"mean {ms.mean():6.3f} ms  p95 {np.percentile(ms, 95):6.3f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=500)
+    parser.add_argument("--size", type=float, default=110.0, help="target face size in px")
+    parser.add_argument("--threads", type=int, default=-1,
+                        help="cv2.setNumThreads (default: leave OpenCV's choice)")
+    args = parser.parse_args()
+    if args.threads >= 0:
+        cv2.setNumThreads(args.threads)
+
+    image, points = astronaut_landmarks()
+    span = points.max(axis=0) - points.min(axis=0)
+    scale = args.size / float(np.sqrt(span[0] * span[1]))
+    centre = points.mean(axis=0)
+    matrix = cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), 8.0, scale)
+    matrix[:, 2] += np.array([640.0, 360.0]) - centre  # face centred in a 720p frame
+    frame = cv2.warpAffine(image, matrix, (1280, 720), borderMode=cv2.BORDER_REFLECT)
+    target = (np.c_[points, np.ones(68)] @ matrix.T).astype(np.float32)
+    face = Face(box=(*target.min(axis=0), *target.max(axis=0)), landmarks=target)
+
+    print(f"cv2 {cv2.__version__}, threads {cv2.getNumThreads()}, face {args.size:.0f} px")
+    for blend in ("feather", "poisson"):
+        swapper = ClassicalSwapper(SwapConfig(blend=blend))
+        swapper.open()
+        source = swapper.prepare_source(image, points)
+        fwd: list[float] = []
+        paste: list[float] = []
+        work = frame.copy()
+        for i in range(args.repeat + 20):
+            t0 = time.perf_counter()
+            result = swapper.forward(work, face, source)
+            t1 = time.perf_counter()
+            assert result is not None
+            swapper.paste(work, face, result)
+            t2 = time.perf_counter()
+            if i >= 20:  # warm-up
+                fwd.append(t1 - t0)
+                paste.append(t2 - t1)
+            x0, y0, x1, y1 = result.region
+            work[y0:y1, x0:x1] = frame[y0:y1, x0:x1]  # same input every iteration
+        region = result.region
+        print(f"{blend:8s} forward {stats(fwd)} | paste {stats(paste)} | "
+              f"region {region[2] - region[0]}x{region[3] - region[1]}")
+
+
+if __name__ == "__main__":
+    main()
