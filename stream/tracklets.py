@@ -118,11 +118,15 @@ class Tracker:
         return OneEuroFilter(self.track_cfg.min_cutoff, self.track_cfg.beta)
 
     def update(self, gray: GrayImage, seq: int, t: float) -> list[Track]:
-        """Advance every track to this frame; returns the live tracks."""
+        """Advance every track to this frame; returns the confirmed ones.
+
+        A track that missed its last detection is still followed (a detector can miss a
+        face once) but not returned until a detection confirms it: on a scene cut the old
+        faces must not be swapped onto whatever is now where they were."""
         due = seq - self._last_detect >= self.detect_cfg.every
         if due or self._force_detect:
+            self._force_detect = False  # before: the detection itself may ask for another
             self._detect(gray, seq)
-        self._force_detect = False
         h, w = gray.shape[:2]
         alive: list[Track] = []
         for tr in self.tracks:
@@ -144,7 +148,7 @@ class Tracker:
                 continue
             alive.append(tr)
         self.tracks = alive
-        return alive
+        return [tr for tr in alive if tr.missed == 0]
 
     def _detect(self, gray: GrayImage, seq: int) -> None:
         self._last_detect = seq

@@ -148,6 +148,24 @@ def test_a_face_that_leaves_ends_its_track_and_a_new_face_starts_one() -> None:
     assert len(new_ids) == 1
 
 
+@pytest.mark.parametrize("max_missed", [0, 1, 3])
+def test_a_vanished_face_is_never_returned_after_a_missed_detection(max_missed: int) -> None:
+    scene = Scene()
+    scene.faces = [(0, 300, 300, 100)]
+    tracker, det, *_ = make(scene, every=10, max_missed=max_missed)
+    for seq in range(10):
+        assert len(tracker.update(GRAY, seq, seq / 30)) == 1
+    # The face is replaced by a look-alike blur: the landmarker still "finds" it where it
+    # was (no jump), but the detector does not.
+    frozen = scene.landmarks(0)
+    tracker.landmarker.forward = lambda gray, box: frozen  # type: ignore[method-assign]
+    scene.faces = []
+    for seq in range(10, 30):
+        assert tracker.update(GRAY, seq, seq / 30) == []  # not once swapped as a ghost
+    assert tracker.tracks == []  # and ended after max_missed + 1 detections
+    assert det.calls == 1 + (max_missed + 1) + 1  # first, forced re-checks, then on schedule at 20
+
+
 def test_landmark_jitter_is_smoothed() -> None:
     f = OneEuroFilter(min_cutoff=1.5, beta=0.0)
     noise = np.random.default_rng(1).normal(0, 2.0, size=(90, 68, 2)).astype(np.float32)

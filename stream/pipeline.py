@@ -1,0 +1,204 @@
+"""A swap job: engines, source faces, rings and stages assembled for one input and output."""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from engines.errors import NoFaceError
+from engines.face import ImageBGR, Landmarks68
+from engines.registry import EngineSet, build_engines
+from stream.allocator import default_allocator
+from stream.config import Config
+from stream.errors import SourceError
+from stream.image_io import read_image, write_image
+from stream.metrics import Metrics
+from stream.ring import Policy, Ring
+from stream.runner import Runner, Sink, Source
+from stream.selection import Selector
+from stream.slot import Slot
+from stream.stages import AnalyseWorker, CompositeWorker, SwapWorker
+from stream.tracklets import Tracker
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+def is_image_path(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in IMAGE_SUFFIXES
+
+
+@dataclass(frozen=True)
+class PhotoFace:
+    """The face chosen in a photo (source or reference), and how many the photo had."""
+
+    path: str
+    image: ImageBGR
+    landmarks: Landmarks68
+    faces_found: int
+
+
+@dataclass
+class JobResult:
+    report: dict[str, Any]
+    output: Path
+    notes: list[str] = field(default_factory=list)
+
+
+class ImageSource:
+    """One still picture as a one-frame stream."""
+
+    def __init__(self, image: ImageBGR) -> None:
+        self._image = image
+        self._done = False
+
+    def read_into(self, slot: Slot) -> bool:
+        if self._done:
+            return False
+        np.copyto(slot.buffers["image"], self._image)
+        slot.seq, slot.pts, slot.time_base = 0, 0, None
+        slot.capture_time = time.monotonic()
+        self._done = True
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class ImageSink:
+    """Writes the one frame of an image run when it arrives."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        self.frames_written = 0
+
+    def write(self, slot: Slot) -> None:
+        write_image(self.path, slot.image)
+        self.frames_written += 1
+
+    def close(self) -> None:
+        pass
+
+
+class SwapJob:
+    """Everything a swap run needs that outlives one input: models, source faces."""
+
+    def __init__(self, config: Config, sources: list[str], references: list[str] | None = None) -> None:
+        if not sources:
+            raise ValueError("at least one source photo is needed")
+        self.config = config
+        self.source_paths = list(sources)
+        self.reference_paths = list(references or [])
+        self.engines: EngineSet | None = None
+        self.sources: list[PhotoFace] = []
+        self.prepared: list[object] = []
+        self.reference_embeddings: list[np.ndarray] = []
+        self.notes: list[str] = []
+
+    def open(self) -> None:
+        """Load the models and prepare every source (and reference) face once."""
+        cfg = self.config
+        self.engines = build_engines(cfg.engine, detect_max_side=cfg.detect.max_side,
+                                     detect_upsample=cfg.detect.upsample, swap_config=cfg.swap)
+        self.engines.open()
+        for path in self.source_paths:
+            face = self.find_face(path, "source photo")
+            self.sources.append(face)
+            self.prepared.append(self.engines.swapper.prepare_source(face.image, face.landmarks))
+        for path in self.reference_paths:
+            face = self.find_face(path, "reference photo")
+            self.reference_embeddings.append(self.engines.embedder.forward(face.image, face.landmarks))
+
+    def find_face(self, path: str, what: str) -> PhotoFace:
+        """The largest face of a photo; NoFaceError when there is none."""
+        assert self.engines is not None
+        image = read_image(path)
+        gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+        dets = self.engines.detector.forward(gray)
+        if not dets:  # photos are often small: one pass with upsampling before giving up
+            from engines.dlib_detector import DlibHogDetector
+
+            dets = DlibHogDetector(max_side=2048, upsample=1).forward(gray)
+        if not dets:
+            raise NoFaceError(f"{what} {path!r}: no face found")
+        box, _ = max(dets, key=lambda d: (d[0][2] - d[0][0]) * (d[0][3] - d[0][1]))
+        if len(dets) > 1:
+            self.notes.append(f"{what} {path!r} has {len(dets)} faces; using the largest")
+        landmarks = self.engines.landmarker.forward(gray, box)
+        return PhotoFace(path, image, landmarks, len(dets))
+
+    def _build(self, shape: tuple[int, int], source: Source, sink: Sink, metrics: Metrics,
+               live: bool, on_frame: Callable[[Slot], None] | None) -> Runner:
+        assert self.engines is not None
+        cfg = self.config
+        eng = self.engines
+        tracker = Tracker(eng.detector, eng.landmarker, eng.embedder, cfg.detect, cfg.track)
+        selector = Selector(cfg.select, self.reference_embeddings, eng.embedder, cfg.pipeline.max_faces)
+        workers = [AnalyseWorker(tracker, selector), SwapWorker(eng.swapper, self.prepared),
+                   CompositeWorker(eng.swapper, metrics)]
+        policy = Policy.DROP_OLDEST if live else Policy.BLOCK
+        depth = cfg.pipeline.ring_depth
+        h, w = shape
+        # Frames stay in their ring-A slot until encoded: A holds its own queue plus
+        # everything downstream (each later ring, and one frame in each stage's hands).
+        frame_slots = depth + len(workers) * depth + len(workers) + 1
+        rings = [Ring("A", frame_slots, {"image": ((h, w, 3), np.uint8)}, policy=policy,
+                      allocator=default_allocator())]
+        rings += [Ring(name, depth, policy=policy) for name in ("B", "C", "D")]
+        return Runner(source, workers, sink, rings, metrics, on_frame)
+
+    def run_video(self, input_path: str, output_path: str,
+                  on_start: Callable[[Any], None] | None = None,
+                  on_frame: Callable[[Slot], None] | None = None) -> JobResult:
+        from stream.sinks.file import FileSink
+        from stream.sources.file import FileSource
+
+        source = FileSource(input_path)
+        info = source.open()
+        sink = FileSink(output_path, info, self.config.encode, audio_from=input_path)
+        try:
+            sink.open()
+        except BaseException:
+            source.close()
+            raise
+        if on_start is not None:
+            on_start(info)
+        metrics = Metrics()
+        runner = self._build((info.height, info.width), source, sink, metrics, False, on_frame)
+        result = self._finish(runner, output_path, {"input": str(input_path), "video": {
+            "width": info.width, "height": info.height, "fps": float(info.rate),
+            "frames_expected": info.frames, "has_audio": info.has_audio}})
+        if source.shortfall:  # the output is complete and final; the input was not
+            raise SourceError(source.shortfall)
+        return result
+
+    def run_image(self, input_path: str, output_path: str) -> JobResult:
+        image = read_image(input_path)
+        metrics = Metrics()
+        # A still picture: detect on its only frame, at full resolution.
+        runner = self._build(image.shape[:2], ImageSource(image), ImageSink(output_path), metrics,
+                             False, None)
+        return self._finish(runner, output_path, {"input": str(input_path)}, staged=False)
+
+    def _finish(self, runner: Runner, output: str, extra: dict[str, Any],
+                staged: bool | None = None) -> JobResult:
+        assert self.engines is not None
+        try:
+            runner.run(staged=self.config.pipeline.staged if staged is None else staged)
+        finally:
+            self.last_runner = runner
+        rep = runner.metrics.report(runner.rings, self.engines.calls(), {
+            **extra, "output": str(output), "engine": self.engines.name,
+            "staged": self.config.pipeline.staged if staged is None else staged,
+            "sources": [s.path for s in self.sources]})
+        notes = list(self.notes)
+        if rep["frames_with_faces"] == 0:
+            notes.append("no target faces found: the input passed through unchanged")
+        return JobResult(rep, Path(output), notes)

@@ -1,0 +1,36 @@
+"""The analyse stage: tracking (detection when due, landmarks every frame), selection."""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from stream.selection import Selector
+from stream.slot import Slot
+from stream.tracklets import Tracker
+
+
+class AnalyseWorker:
+    """Fills `out.payload` with the frame's targets: a tuple of `Target`."""
+
+    name = "analyse"
+
+    def __init__(self, tracker: Tracker, selector: Selector, default_fps: float = 30.0) -> None:
+        self.tracker = tracker
+        self.selector = selector
+        self.default_fps = default_fps
+        self._gray: np.ndarray | None = None  # reused grey frame
+
+    def process(self, item: Slot, out: Slot) -> None:
+        image = item.image
+        if self._gray is None or self._gray.shape != image.shape[:2]:
+            self._gray = np.empty(image.shape[:2], np.uint8)
+        gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY, dst=self._gray)
+        if item.pts is not None and item.time_base is not None:
+            t = float(item.pts * item.time_base)
+        else:
+            t = item.seq / self.default_fps
+        tracks = self.tracker.update(gray, item.seq, t)
+        out.payload = tuple(self.selector.choose(tracks, self.tracker, image, item.seq))
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,172 @@
+"""End to end on generated clips: timing, audio, identity moved toward the source,
+faceless frames untouched; pictures in and out."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pytest
+
+from engines.dlib_detector import DlibHogDetector
+from engines.dlib_embedder import DlibEmbedder
+from engines.dlib_landmarker import DlibLandmarker
+from stream.cli import main
+from tests.conftest import BLANK_FRAMES, CLIP_FRAMES, FACE_FRAMES, window_frame
+from tests.media import probe
+
+
+def decode_all(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+
+
+class Identity:
+    """dlib's embedding of each face found in a picture, by the same models the swap uses."""
+
+    def __init__(self) -> None:
+        self.det, self.lm, self.emb = DlibHogDetector(2048), DlibLandmarker(), DlibEmbedder()
+
+    def boxes(self, image: np.ndarray) -> list[tuple[float, float, float, float]]:
+        return [b for b, _ in self.det.forward(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY))]
+
+    def embed(self, image: np.ndarray, box) -> np.ndarray:
+        gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+        return self.emb.forward(image, self.lm.forward(gray, box))
+
+
+@pytest.fixture(scope="module")
+def identity() -> Identity:
+    return Identity()
+
+
+@pytest.fixture(scope="module")
+def swapped(face_clip: Path, source_photo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("e2e") / "out.mp4"
+    # crf 0: lossless, so "unchanged" frames can be compared closely
+    code = main(["swap", "--source", str(source_photo), "--input", str(face_clip), "--output", str(out),
+                 "--crf", "0", "--x264-preset", "ultrafast", "--detect-every", "4", "-q",
+                 "--stats-json", str(out.with_suffix(".json"))])
+    assert code == 0
+    return out
+
+
+def test_timing_and_frame_count_are_kept(face_clip: Path, swapped: Path) -> None:
+    a, b = probe(face_clip), probe(swapped)
+    assert b["frames"] == a["frames"] == CLIP_FRAMES
+    assert b["times"] == a["times"]
+    assert b["video_duration"] == pytest.approx(a["video_duration"], abs=1e-3)
+
+
+def test_audio_is_copied_untouched(face_clip: Path, swapped: Path) -> None:
+    a, b = probe(face_clip)["audio"], probe(swapped)["audio"]
+    assert a is not None and b is not None
+    assert b["codec"] == a["codec"]
+    assert b["payloads"] == a["payloads"]
+
+
+def test_every_swapped_face_moves_toward_the_source_identity(
+        face_clip: Path, swapped: Path, source_photo: Path, identity: Identity) -> None:
+    src = cv2.imread(str(source_photo))
+    src_emb = identity.embed(src, identity.boxes(src)[0])
+    before, after = decode_all(face_clip), decode_all(swapped)
+    checked = 0
+    gains = []
+    for i in (2, FACE_FRAMES - 1, CLIP_FRAMES - 2, CLIP_FRAMES - 1):
+        boxes = identity.boxes(before[i])
+        assert len(boxes) == 3
+        for box in boxes:
+            d_before = np.linalg.norm(identity.embed(before[i], box) - src_emb)
+            d_after = np.linalg.norm(identity.embed(after[i], box) - src_emb)
+            # the classical swap keeps the target's face shape, which dlib's embedding
+            # partly encodes: every face must still move clearly toward the source
+            assert d_after < d_before - 0.03, (i, box, d_before, d_after)
+            gains.append(d_before - d_after)
+    assert len(gains) == 12
+    assert np.mean(gains) > 0.08
+
+
+def test_frames_without_faces_are_unchanged(face_clip: Path, swapped: Path) -> None:
+    before, after = decode_all(face_clip), decode_all(swapped)
+    for i in range(FACE_FRAMES, FACE_FRAMES + BLANK_FRAMES):  # no ghost of the faces just gone
+        diff = np.abs(before[i].astype(np.int16) - after[i].astype(np.int16))
+        assert diff.mean() < 1.0 and np.percentile(diff, 99.9) <= 4
+    # and the frames with faces did change, where the faces are
+    diff = np.abs(before[2].astype(np.int16) - after[2].astype(np.int16)).mean(axis=2)
+    assert (diff > 20).mean() > 0.01
+
+
+def test_stats_json_reports_the_run(swapped: Path) -> None:
+    rep = json.loads(swapped.with_suffix(".json").read_text())
+    assert rep["frames"] == CLIP_FRAMES
+    # faces that come back are found at the next detection (every 4 frames here)
+    assert CLIP_FRAMES - BLANK_FRAMES - 4 < rep["frames_with_faces"] <= CLIP_FRAMES - BLANK_FRAMES
+    assert rep["faces_swapped"] == 3 * rep["frames_with_faces"]
+    assert set(rep["stages"]) == {"decode", "analyse", "swap", "composite", "encode"}
+    # landmarks on every tracked face every frame (plus the frames where the vanished
+    # faces were followed, unconfirmed, until a detection ended them)
+    assert rep["faces_swapped"] <= rep["model_calls"]["landmarks"] <= rep["faces_swapped"] + 3 * 2
+    assert rep["model_calls"]["detect"] < CLIP_FRAMES  # not every frame
+    assert rep["model_calls"]["embed"] == 0  # 'all' mode needs no identity
+    assert rep["latency"]["count"] == CLIP_FRAMES
+    assert rep["peak_rss_mb"] > 0
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_staged_and_serial_write_the_same_video(face_clip: Path, source_photo: Path, tmp_path: Path,
+                                                swapped: Path, staged: bool) -> None:
+    out = tmp_path / "again.mp4"
+    args = ["swap", "--source", str(source_photo), "--input", str(face_clip), "--output", str(out),
+            "--crf", "0", "--x264-preset", "ultrafast", "--detect-every", "4", "-q"]
+    assert main(args + ([] if staged else ["--serial"])) == 0
+    a, b = decode_all(swapped), decode_all(out)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_picture_in_picture_out(source_photo: Path, tmp_path: Path, identity: Identity) -> None:
+    target = tmp_path / "group.png"
+    cv2.imwrite(str(target), window_frame(0))
+    out = tmp_path / "swapped.png"
+    assert main(["swap", "--source", str(source_photo), "--input", str(target), "--output", str(out),
+                 "-q"]) == 0
+    before, after = cv2.imread(str(target)), cv2.imread(str(out))
+    assert after.shape == before.shape
+    src = cv2.imread(str(source_photo))
+    src_emb = identity.embed(src, identity.boxes(src)[0])
+    for box in identity.boxes(before):
+        d_before = np.linalg.norm(identity.embed(before, box) - src_emb)
+        d_after = np.linalg.norm(identity.embed(after, box) - src_emb)
+        assert d_after < d_before - 0.05
+
+
+def test_picture_without_faces_passes_through_bit_identical(source_photo: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    target = tmp_path / "plain.png"
+    img = np.random.default_rng(3).integers(0, 255, (240, 320, 3), dtype=np.uint8)
+    cv2.imwrite(str(target), img)
+    out = tmp_path / "plain_out.png"
+    assert main(["swap", "--source", str(source_photo), "--input", str(target), "--output", str(out)]) == 0
+    assert np.array_equal(cv2.imread(str(out)), img)
+    assert "no target faces found" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode, expect_faces", [("largest", 1), ("reference", 1)])
+def test_selection_on_a_clip(mode: str, expect_faces: int, face_clip: Path, source_photo: Path,
+                             tmp_path: Path) -> None:
+    out = tmp_path / "sel.mp4"
+    args = ["swap", "--source", str(source_photo), "--input", str(face_clip), "--output", str(out),
+            "--select", mode, "-q", "--stats-json", str(tmp_path / "s.json")]
+    if mode == "reference":
+        ref = tmp_path / "ref.png"
+        x0, y0 = 452 - 60, 300 - 80 - 60  # the middle face of the window, from frame 0, with margin
+        cv2.imwrite(str(ref), window_frame(0)[y0:y0 + 250, x0:x0 + 250])
+        args += ["--reference", str(ref)]
+    assert main(args) == 0
+    rep = json.loads((tmp_path / "s.json").read_text())
+    assert rep["faces_swapped"] == expect_faces * rep["frames_with_faces"]
+    assert rep["frames_with_faces"] > CLIP_FRAMES - BLANK_FRAMES - 12
+    if mode == "reference":
+        # one embedding per track (two track lifetimes: before and after the blank stretch)
+        assert 0 < rep["model_calls"]["embed"] <= 2 * 3

@@ -1,0 +1,85 @@
+"""Throughput of the staged pipeline against one thread doing every stage in turn.
+
+Runs the 720p demo clip (six faces) and a one-face 720p clip through `SwapJob`, staged
+and serial, and prints fps, the staged/serial ratio, per-stage p50/p95, capture-to-sink
+latency and model calls. Both modes of a clip run back to back in one process, so the
+ratio is measured under the same machine load.
+
+    python tools/bench.py                 # both clips, 10 s each, the 'fast' preset
+    python tools/bench.py --faces 6 --seconds 5 --config quality
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import cv2  # noqa: E402
+
+from stream.config import load_config  # noqa: E402
+from stream.demo_media import astronaut, make_demo_clip, make_single_face_clip  # noqa: E402
+from stream.pipeline import SwapJob  # noqa: E402
+
+
+def run(config_name: str, overrides: list[str], source: str, clip: str, out: str, staged: bool) -> dict:
+    cfg = load_config(config_name, [*overrides, f"pipeline.staged={'true' if staged else 'false'}"])
+    job = SwapJob(cfg, [source])
+    job.open()
+    return job.run_video(clip, out).report
+
+
+def stage_line(rep: dict) -> str:
+    parts = [f"{k} {v['p50_ms']:.1f}/{v['p95_ms']:.1f}" for k, v in rep["stages"].items()]
+    return "  ".join(parts)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--faces", choices=["1", "6", "both"], default="both")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--config", default="fast", help="preset (default: fast)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
+    ap.add_argument("--json", metavar="PATH", help="also write every report as JSON")
+    args = ap.parse_args()
+
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="fs-bench-") as tmp:
+        source = str(Path(tmp) / "source.png")
+        cv2.imwrite(source, astronaut())
+        clips = []
+        if args.faces in ("6", "both"):
+            path = str(Path(tmp) / "six.mp4")
+            make_demo_clip(path, args.seconds)
+            clips.append(("six faces", path))
+        if args.faces in ("1", "both"):
+            path = str(Path(tmp) / "one.mp4")
+            make_single_face_clip(path, args.seconds)
+            clips.append(("one face", path))
+        print(f"preset {args.config} {' '.join(args.overrides)}; 1280x720 30 fps, {args.seconds:g} s clips")
+        for label, clip in clips:
+            reps = {}
+            for staged in (True, False):
+                mode = "staged" if staged else "serial"
+                reps[mode] = run(args.config, args.overrides, source, clip, str(Path(tmp) / "out.mp4"), staged)
+            results[label] = reps
+            st, se = reps["staged"], reps["serial"]
+            ratio = st["fps"] / se["fps"] if se["fps"] else float("nan")
+            print(f"\n{label}: staged {st['fps']:.1f} fps, serial {se['fps']:.1f} fps, ratio {ratio:.2f}x"
+                  f"  ({st['faces_swapped']} faces swapped in {st['frames']} frames)")
+            for mode, rep in reps.items():
+                lat = rep["latency"]
+                print(f"  {mode:<7} p50/p95 ms: {stage_line(rep)}")
+                print(f"  {'':<7} latency p50 {lat['p50_ms']:.0f} ms, p95 {lat['p95_ms']:.0f} ms;"
+                      f" model calls {rep['model_calls']}; peak RSS {rep['peak_rss_mb']:.0f} MB")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
