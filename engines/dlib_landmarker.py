@@ -34,3 +34,9 @@ class DlibLandmarker:
         self.calls += 1
         shape = self._predictor(gray, to_rect(box))
         return np.array([(p.x, p.y) for p in shape.parts()], dtype=np.float32)
+
+    def forward_many(self, gray: GrayImage, boxes: list[Box]) -> list[Landmarks68]:
+        return [self.forward(gray, box) for box in boxes]
+
+    def close(self) -> None:
+        pass

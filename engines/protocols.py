@@ -32,6 +32,10 @@ class Landmarker(Protocol):
         """68 landmarks of the face in `box`."""
         ...
 
+    def forward_many(self, gray: GrayImage, boxes: list[Box]) -> list[Landmarks68]:
+        """68 landmarks of each face box of one frame (one call: a runtime may batch)."""
+        ...
+
 
 class Embedder(Protocol):
     name: str

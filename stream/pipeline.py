@@ -135,13 +135,19 @@ class SwapJob:
         return PhotoFace(path, image, landmarks, len(dets))
 
     def _build(self, shape: tuple[int, int], source: Source, sink: Sink, metrics: Metrics,
-               live: bool, on_frame: Callable[[Slot], None] | None) -> Runner:
+               live: bool, on_frame: Callable[[Slot], None] | None, staged: bool) -> Runner:
         assert self.engines is not None
         cfg = self.config
         eng = self.engines
-        tracker = Tracker(eng.detector, eng.landmarker, eng.embedder, cfg.detect, cfg.track)
+        landmarker, owned = eng.landmarker, []
+        if staged and cfg.pipeline.landmark_processes and eng.landmarker_process is not None:
+            landmarker = eng.landmarker_process(shape, cfg.pipeline.max_faces * 2,
+                                                cfg.pipeline.landmark_processes)
+            landmarker.open()
+            owned.append(landmarker)
+        tracker = Tracker(eng.detector, landmarker, eng.embedder, cfg.detect, cfg.track)
         selector = Selector(cfg.select, self.reference_embeddings, eng.embedder, cfg.pipeline.max_faces)
-        workers = [AnalyseWorker(tracker, selector), SwapWorker(eng.swapper, self.prepared),
+        workers = [AnalyseWorker(tracker, selector, owned=owned), SwapWorker(eng.swapper, self.prepared),
                    CompositeWorker(eng.swapper, metrics)]
         policy = Policy.DROP_OLDEST if live else Policy.BLOCK
         depth = cfg.pipeline.ring_depth
@@ -171,7 +177,13 @@ class SwapJob:
         if on_start is not None:
             on_start(info)
         metrics = Metrics()
-        runner = self._build((info.height, info.width), source, sink, metrics, False, on_frame)
+        try:
+            runner = self._build((info.height, info.width), source, sink, metrics, False, on_frame,
+                                 self.config.pipeline.staged)
+        except BaseException:
+            sink.close()
+            source.close()
+            raise
         result = self._finish(runner, output_path, {"input": str(input_path), "video": {
             "width": info.width, "height": info.height, "fps": float(info.rate),
             "frames_expected": info.frames, "has_audio": info.has_audio}})
@@ -184,7 +196,7 @@ class SwapJob:
         metrics = Metrics()
         # A still picture: detect on its only frame, at full resolution.
         runner = self._build(image.shape[:2], ImageSource(image), ImageSink(output_path), metrics,
-                             False, None)
+                             False, None, staged=False)
         return self._finish(runner, output_path, {"input": str(input_path)}, staged=False)
 
     def _finish(self, runner: Runner, output: str, extra: dict[str, Any],
@@ -194,7 +206,11 @@ class SwapJob:
             runner.run(staged=self.config.pipeline.staged if staged is None else staged)
         finally:
             self.last_runner = runner
-        rep = runner.metrics.report(runner.rings, self.engines.calls(), {
+        calls = self.engines.calls()
+        used = runner.workers[0].tracker.landmarker  # type: ignore[attr-defined]
+        if used is not self.engines.landmarker:  # a per-run landmarker (child processes)
+            calls["landmarks"] += used.calls
+        rep = runner.metrics.report(runner.rings, calls, {
             **extra, "output": str(output), "engine": self.engines.name,
             "staged": self.config.pipeline.staged if staged is None else staged,
             "sources": [s.path for s in self.sources]})

@@ -132,7 +132,8 @@ class Tracker:
         for tr in self.tracks:
             if not tr.matched:  # between detections: the box follows the (raw) landmarks
                 tr.box = unrelate(tr.rel, landmark_box(tr.raw))
-            raw = self.landmarker.forward(gray, tr.box)
+        found = self.landmarker.forward_many(gray, [tr.box for tr in self.tracks]) if self.tracks else []
+        for tr, raw in zip(self.tracks, found):
             if tr.age and self._jumped(tr.raw, raw):
                 self._force_detect = True
                 if not tr.matched:

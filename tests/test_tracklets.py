@@ -58,6 +58,9 @@ class FakeLandmarker:
         # nothing there: the predictor still answers, with a squashed shape in the box
         return TEMPLATE * np.array([bs * 2.0, bs * 0.3], np.float32) + np.array([bx, by], np.float32)
 
+    def forward_many(self, gray, boxes):
+        return [self.forward(gray, box) for box in boxes]
+
 
 class FakeEmbedder:
     name = "fake-emb"
@@ -158,7 +161,7 @@ def test_a_vanished_face_is_never_returned_after_a_missed_detection(max_missed: 
     # The face is replaced by a look-alike blur: the landmarker still "finds" it where it
     # was (no jump), but the detector does not.
     frozen = scene.landmarks(0)
-    tracker.landmarker.forward = lambda gray, box: frozen  # type: ignore[method-assign]
+    tracker.landmarker.forward_many = lambda gray, boxes: [frozen] * len(boxes)  # type: ignore
     scene.faces = []
     for seq in range(10, 30):
         assert tracker.update(GRAY, seq, seq / 30) == []  # not once swapped as a ghost
