@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from engines.protocols import Detector, Embedder, Landmarker, Swapper
 
@@ -16,10 +16,6 @@ class EngineSet:
     landmarker: Landmarker
     embedder: Embedder
     swapper: Swapper
-    # For staged runs: a landmarker that computes off the GIL (e.g. in a child process),
-    # given the frame shape, the most faces per call and the number of worker processes;
-    # None when the family has none.
-    landmarker_process: Callable[[tuple[int, int], int, int], Landmarker] | None = field(default=None)
 
     def open(self) -> None:
         for model in (self.detector, self.landmarker, self.embedder, self.swapper):
@@ -40,7 +36,6 @@ def _build_dlib(detect_max_side: int, detect_upsample: int, swap_config: object)
     from engines.dlib_detector import DlibHogDetector
     from engines.dlib_embedder import DlibEmbedder
     from engines.dlib_landmarker import DlibLandmarker
-    from engines.landmark_process import DlibLandmarkerProcess
 
     return EngineSet(
         name="dlib",
@@ -48,7 +43,6 @@ def _build_dlib(detect_max_side: int, detect_upsample: int, swap_config: object)
         landmarker=DlibLandmarker(),
         embedder=DlibEmbedder(),
         swapper=ClassicalSwapper(swap_config),  # type: ignore[arg-type]
-        landmarker_process=lambda shape, faces, workers: DlibLandmarkerProcess(shape, faces, workers),
     )
 
 

@@ -114,15 +114,10 @@ class PipelineConfig:
     ring_depth: int = 4  # slots between two stages
     staged: bool = True  # False: one thread runs every stage in turn (for comparison)
     max_faces: int = 8  # faces swapped per frame at most (largest first)
-    # Staged runs compute landmarks in a child process when the engine offers one
-    # (dlib's predictor holds the GIL, which would serialise the other stages behind it).
-    landmark_processes: int = 2  # 0: landmarks on the analyse thread
 
     def __post_init__(self) -> None:
         _check(self.ring_depth >= 1, f"pipeline.ring_depth must be >= 1, got {self.ring_depth}")
         _check(self.max_faces >= 1, f"pipeline.max_faces must be >= 1, got {self.max_faces}")
-        _check(0 <= self.landmark_processes <= 16,
-               f"pipeline.landmark_processes must be in [0, 16], got {self.landmark_processes}")
 
 
 @dataclass

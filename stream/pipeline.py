@@ -135,19 +135,13 @@ class SwapJob:
         return PhotoFace(path, image, landmarks, len(dets))
 
     def _build(self, shape: tuple[int, int], source: Source, sink: Sink, metrics: Metrics,
-               live: bool, on_frame: Callable[[Slot], None] | None, staged: bool) -> Runner:
+               live: bool, on_frame: Callable[[Slot], None] | None) -> Runner:
         assert self.engines is not None
         cfg = self.config
         eng = self.engines
-        landmarker, owned = eng.landmarker, []
-        if staged and cfg.pipeline.landmark_processes and eng.landmarker_process is not None:
-            landmarker = eng.landmarker_process(shape, cfg.pipeline.max_faces * 2,
-                                                cfg.pipeline.landmark_processes)
-            landmarker.open()
-            owned.append(landmarker)
-        tracker = Tracker(eng.detector, landmarker, eng.embedder, cfg.detect, cfg.track)
+        tracker = Tracker(eng.detector, eng.landmarker, eng.embedder, cfg.detect, cfg.track)
         selector = Selector(cfg.select, self.reference_embeddings, eng.embedder, cfg.pipeline.max_faces)
-        workers = [AnalyseWorker(tracker, selector, owned=owned), SwapWorker(eng.swapper, self.prepared),
+        workers = [AnalyseWorker(tracker, selector), SwapWorker(eng.swapper, self.prepared),
                    CompositeWorker(eng.swapper, metrics)]
         policy = Policy.DROP_OLDEST if live else Policy.BLOCK
         depth = cfg.pipeline.ring_depth
@@ -178,8 +172,7 @@ class SwapJob:
             on_start(info)
         metrics = Metrics()
         try:
-            runner = self._build((info.height, info.width), source, sink, metrics, False, on_frame,
-                                 self.config.pipeline.staged)
+            runner = self._build((info.height, info.width), source, sink, metrics, False, on_frame)
         except BaseException:
             sink.close()
             source.close()
@@ -196,7 +189,7 @@ class SwapJob:
         metrics = Metrics()
         # A still picture: detect on its only frame, at full resolution.
         runner = self._build(image.shape[:2], ImageSource(image), ImageSink(output_path), metrics,
-                             False, None, staged=False)
+                             False, None)
         return self._finish(runner, output_path, {"input": str(input_path)}, staged=False)
 
     def _finish(self, runner: Runner, output: str, extra: dict[str, Any],
@@ -206,11 +199,7 @@ class SwapJob:
             runner.run(staged=self.config.pipeline.staged if staged is None else staged)
         finally:
             self.last_runner = runner
-        calls = self.engines.calls()
-        used = runner.workers[0].tracker.landmarker  # type: ignore[attr-defined]
-        if used is not self.engines.landmarker:  # a per-run landmarker (child processes)
-            calls["landmarks"] += used.calls
-        rep = runner.metrics.report(runner.rings, calls, {
+        rep = runner.metrics.report(runner.rings, self.engines.calls(), {
             **extra, "output": str(output), "engine": self.engines.name,
             "staged": self.config.pipeline.staged if staged is None else staged,
             "sources": [s.path for s in self.sources]})

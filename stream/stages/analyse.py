@@ -1,9 +1,6 @@
 """The analyse stage: tracking (detection when due, landmarks every frame), selection."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import cv2
 import numpy as np
 
@@ -17,10 +14,8 @@ class AnalyseWorker:
 
     name = "analyse"
 
-    def __init__(self, tracker: Tracker, selector: Selector, default_fps: float = 30.0,
-                 owned: Sequence[Any] = ()) -> None:
+    def __init__(self, tracker: Tracker, selector: Selector, default_fps: float = 30.0) -> None:
         self.tracker = tracker
-        self.owned = list(owned)  # resources opened for this run only, closed with the stage
         self.selector = selector
         self.default_fps = default_fps
         self._gray: np.ndarray | None = None  # reused grey frame
@@ -38,6 +33,4 @@ class AnalyseWorker:
         out.payload = tuple(self.selector.choose(tracks, self.tracker, image, item.seq))
 
     def close(self) -> None:
-        for part in self.owned:
-            part.close()
-        self.owned.clear()
+        pass
