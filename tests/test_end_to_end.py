@@ -72,7 +72,6 @@ def test_every_swapped_face_moves_toward_the_source_identity(
     src = cv2.imread(str(source_photo))
     src_emb = identity.embed(src, identity.boxes(src)[0])
     before, after = decode_all(face_clip), decode_all(swapped)
-    checked = 0
     gains = []
     for i in (2, FACE_FRAMES - 1, CLIP_FRAMES - 2, CLIP_FRAMES - 1):
         boxes = identity.boxes(before[i])
@@ -152,21 +151,28 @@ def test_picture_without_faces_passes_through_bit_identical(source_photo: Path, 
     assert "no target faces found" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("mode, expect_faces", [("largest", 1), ("reference", 1)])
+@pytest.mark.parametrize("mode, expect_faces", [("largest", 1), ("reference", 1), ("mapping", 1)])
 def test_selection_on_a_clip(mode: str, expect_faces: int, face_clip: Path, source_photo: Path,
                              tmp_path: Path) -> None:
     out = tmp_path / "sel.mp4"
     args = ["swap", "--source", str(source_photo), "--input", str(face_clip), "--output", str(out),
             "--select", mode, "-q", "--stats-json", str(tmp_path / "s.json")]
-    if mode == "reference":
+    if mode in ("reference", "mapping"):
         ref = tmp_path / "ref.png"
         x0, y0 = 452 - 60, 300 - 80 - 60  # the middle face of the window, from frame 0, with margin
         cv2.imwrite(str(ref), window_frame(0)[y0:y0 + 250, x0:x0 + 250])
-        args += ["--reference", str(ref)]
+        if mode == "reference":
+            args += ["--reference", str(ref)]
+        else:  # mapping: the astronaut onto that person; a second source's person is absent
+            other_src, other_ref = tmp_path / "src2.png", tmp_path / "ref2.png"
+            cv2.imwrite(str(other_src), cv2.flip(cv2.imread(str(source_photo)), 1))
+            cv2.imwrite(str(other_ref), cv2.imread(str(source_photo)))
+            args = [a for a in args if a not in ("--source", str(source_photo))]
+            args += ["--map", f"{source_photo}={ref}", "--map", f"{other_src}={other_ref}"]
     assert main(args) == 0
     rep = json.loads((tmp_path / "s.json").read_text())
     assert rep["faces_swapped"] == expect_faces * rep["frames_with_faces"]
     assert rep["frames_with_faces"] > CLIP_FRAMES - BLANK_FRAMES - 12
-    if mode == "reference":
+    if mode in ("reference", "mapping"):
         # one embedding per track (two track lifetimes: before and after the blank stretch)
         assert 0 < rep["model_calls"]["embed"] <= 2 * 3

@@ -8,7 +8,6 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from tests.media import make_clip, pattern_frame, probe
 
 from stream.config import EncodeConfig
 from stream.errors import SinkError, SourceError
@@ -17,6 +16,7 @@ from stream.sinks.file import FileSink
 from stream.slot import Slot
 from stream.sources.file import FileSource
 from stream.video_info import VideoInfo
+from tests.media import make_clip, pattern_frame, probe
 
 W, H = 160, 96
 
