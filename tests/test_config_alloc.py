@@ -1,0 +1,76 @@
+"""Configuration loading and the slot allocators (the pinned one with a stand-in for cupy)."""
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from stream.allocator import NumpyAllocator, PinnedAllocator, default_allocator
+from stream.config import CONFIG_DIR, load_config
+from stream.errors import ConfigError
+from stream.ring import Ring
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+def test_every_preset_loads(preset: str) -> None:
+    cfg = load_config(preset)
+    assert cfg.detect.every >= 1 and cfg.encode.preset
+
+
+def test_overrides_are_typed_and_win_over_the_preset() -> None:
+    cfg = load_config("quality", ["detect.every=7", "swap.color_transfer=false", "encode.preset=fast",
+                                  'select.mapping=[["a.png", "b.png"]]', "select.mode=mapping"])
+    assert cfg.detect.every == 7 and cfg.swap.color_transfer is False
+    assert cfg.encode.preset == "fast" and cfg.swap.blend == "poisson"  # the rest from the preset
+    assert cfg.select.mapping == [["a.png", "b.png"]]
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("detect.every=0", "detect.every"),
+    ("swap.blend=smudge", "swap.blend"),
+    ("select.mode=everyone", "select.mode"),
+    ("encode.crf=99", "encode.crf"),
+    ("nosuch=1", "nosuch"),
+    ("detect.nosuch=1", "detect.nosuch"),
+    ("detect=3", "detect"),
+    ("novalue", "section.field=value"),
+])
+def test_bad_overrides_name_the_field(override: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def test_unknown_preset_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match="fast"):
+        load_config("turbo")
+
+
+def test_numpy_allocator_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", None)  # "import cupy" fails, as on a CPU machine
+    assert isinstance(default_allocator(), NumpyAllocator)
+
+
+def test_pinned_allocator_builds_arrays_on_pinned_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # cupy is not installable without CUDA here; a stand-in with cupy's API records the calls.
+    requested: list[int] = []
+
+    def alloc_pinned_memory(nbytes: int) -> bytearray:
+        requested.append(nbytes)
+        return bytearray(nbytes)
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        alloc_pinned_memory=alloc_pinned_memory,
+        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    alloc = default_allocator()
+    assert isinstance(alloc, PinnedAllocator)
+    ring = Ring("A", 3, {"image": ((72, 128, 3), np.uint8), "blob": ((2, 3, 16, 16), np.float32)},
+                allocator=alloc)
+    assert requested == [72 * 128 * 3, 2 * 3 * 16 * 16 * 4] * 3
+    slot = ring.acquire()
+    slot.buffers["image"][:] = 7
+    slot.buffers["blob"][:] = 0.5
+    assert slot.buffers["image"].shape == (72, 128, 3) and slot.buffers["blob"].dtype == np.float32
+    assert int(slot.buffers["image"].sum()) == 7 * 72 * 128 * 3
