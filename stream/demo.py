@@ -56,6 +56,7 @@ def run_demo(config: Config, out_dir: Path, seconds: float, args: argparse.Names
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SinkError(f"demo folder {str(out_dir)!r} cannot be created: {exc.strerror}") from exc
+    out_dir = out_dir.resolve()
     target = out_dir / "demo_target.mp4"
     source = out_dir / "source_astronaut.png"
     swapped = out_dir / "demo_swapped.mp4"
