@@ -24,3 +24,16 @@ class EndOfStream(StreamError):
 
 class PipelineAborted(StreamError):
     """A ring was aborted because some stage failed or the user interrupted the run."""
+
+
+def reason_of(exc: BaseException) -> str:
+    """The short reason of an OS or FFmpeg error, for a one-line message.
+
+    Their str() repeats the path, which our messages already quote; `strerror` is the
+    reason alone. Otherwise the first line of the text.
+    """
+    reason = getattr(exc, "strerror", None)
+    if isinstance(reason, str) and reason:
+        return reason
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 
 from stream.config import EncodeConfig
-from stream.errors import SinkError, SourceError
+from stream.errors import SinkError, SourceError, reason_of
 from stream.slot import Slot
 from stream.video_info import VideoInfo
 
@@ -20,15 +20,6 @@ log = logging.getLogger(__name__)
 
 # Encoders that understand x264-style rate control; others only get the preset.
 _CRF_CODECS = {"libx264", "libx265"}
-
-
-def _first_line(exc: BaseException) -> str:
-    # FFmpeg and OS errors carry the path in str(exc); our messages already quote it.
-    reason = getattr(exc, "strerror", None)
-    if isinstance(reason, str) and reason:
-        return reason
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _close_quietly(container: av.container.Container) -> None:
@@ -50,7 +41,7 @@ class _AudioCopy:
         try:
             self._input = av.open(str(path), "r")
         except (av.FFmpegError, OSError, ValueError) as exc:
-            raise SourceError(f"audio {str(path)!r}: cannot be read ({_first_line(exc)})") from exc
+            raise SourceError(f"audio {str(path)!r}: cannot be read ({reason_of(exc)})") from exc
         self.stream: av.AudioStream | None = None
         if self._input.streams.audio:
             source = self._input.streams.audio[0]
@@ -143,7 +134,7 @@ class FileSink:
         try:
             output = av.open(str(self.path), "w")
         except (av.FFmpegError, OSError, ValueError) as exc:
-            raise self._error(f"cannot be written ({_first_line(exc)})") from exc
+            raise self._error(f"cannot be written ({reason_of(exc)})") from exc
         try:
             self._setup(output)
             # Open the codec and the file and write the header now: a bad path, codec or
@@ -155,7 +146,7 @@ class FileSink:
         except (av.FFmpegError, OSError, ValueError, TypeError) as exc:
             _close_quietly(output)
             raise self._error(f"cannot be written with {self.encode.codec} "
-                              f"({_first_line(exc)})") from exc
+                              f"({reason_of(exc)})") from exc
         self._output = output
 
     def _setup(self, output: av.container.OutputContainer) -> None:
@@ -205,7 +196,7 @@ class FileSink:
             for packet in packets:
                 self._mux_video(packet)
         except (av.FFmpegError, OSError) as exc:
-            raise self._error(f"encoding frame {self.frames_written} failed: {_first_line(exc)}") from exc
+            raise self._error(f"encoding frame {self.frames_written} failed: {reason_of(exc)}") from exc
         if self._last_pts is not None:
             self._last_gap = pts - self._last_pts
         if self._first_pts is None:
@@ -294,7 +285,7 @@ class FileSink:
                         float(end * self._time_base) if end is not None else 0.0)
                     self._audio.mux_until(output, until)
         except (av.FFmpegError, OSError) as exc:
-            raise self._error(f"finishing the file failed: {_first_line(exc)}") from exc
+            raise self._error(f"finishing the file failed: {reason_of(exc)}") from exc
         finally:
             # Whatever happened above (even Ctrl-C), write the trailer so the file plays.
             self._output = None

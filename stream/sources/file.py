@@ -12,7 +12,7 @@ import av
 import cv2
 import numpy as np
 
-from stream.errors import SourceError
+from stream.errors import SourceError, reason_of
 from stream.slot import Slot
 from stream.video_info import VideoInfo
 
@@ -23,15 +23,6 @@ log = logging.getLogger(__name__)
 # so the colours stay the ones PyAV's own to_ndarray gives.
 _BT601 = {2, 5, 6}  # AVCOL_SPC_UNSPECIFIED, BT470BG, SMPTE170M
 _FULL_RANGE = 2  # AVCOL_RANGE_JPEG
-
-
-def _first_line(exc: BaseException) -> str:
-    # FFmpeg and OS errors carry the path in str(exc); our messages already quote it.
-    reason = getattr(exc, "strerror", None)
-    if isinstance(reason, str) and reason:
-        return reason
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class FileSource:
@@ -72,7 +63,7 @@ class FileSource:
         try:
             container = av.open(str(self.path), "r")
         except (av.FFmpegError, OSError, UnicodeDecodeError, ValueError) as exc:
-            raise self._error(f"not a readable media file ({_first_line(exc)})") from exc
+            raise self._error(f"not a readable media file ({reason_of(exc)})") from exc
         if not container.streams.video:
             container.close()
             raise self._error("has no video stream")
@@ -129,7 +120,7 @@ class FileSource:
             return False
         except (av.FFmpegError, OSError) as exc:
             raise self._error(
-                f"decoding failed at frame {self.frames_read}: {_first_line(exc)}"
+                f"decoding failed at frame {self.frames_read}: {reason_of(exc)}"
             ) from exc
         image = slot.buffers["image"]
         if image.shape != (self.info.height, self.info.width, 3) or image.dtype != np.uint8:
