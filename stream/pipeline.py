@@ -187,7 +187,7 @@ class SwapJob:
     def run_image(self, input_path: str, output_path: str) -> JobResult:
         image = read_image(input_path)
         metrics = Metrics()
-        # A still picture: detect on its only frame, at full resolution.
+        # A still picture is a one-frame stream, run serially (frame 0 always detects).
         runner = self._build(image.shape[:2], ImageSource(image), ImageSink(output_path), metrics,
                              False, None)
         return self._finish(runner, output_path, {"input": str(input_path)}, staged=False)
@@ -195,11 +195,10 @@ class SwapJob:
     def _finish(self, runner: Runner, output: str, extra: dict[str, Any],
                 staged: bool | None = None) -> JobResult:
         assert self.engines is not None
-        try:
-            runner.run(staged=self.config.pipeline.staged if staged is None else staged)
-        finally:
-            self.last_runner = runner
-        rep = runner.metrics.report(runner.rings, self.engines.calls(), {
+        before = self.engines.calls()  # the models live as long as the job: count this run's calls
+        runner.run(staged=self.config.pipeline.staged if staged is None else staged)
+        calls = {kind: n - before.get(kind, 0) for kind, n in self.engines.calls().items()}
+        rep = runner.metrics.report(runner.rings, calls, {
             **extra, "output": str(output), "engine": self.engines.name,
             "staged": self.config.pipeline.staged if staged is None else staged,
             "sources": [s.path for s in self.sources]})

@@ -176,3 +176,17 @@ def test_selection_on_a_clip(mode: str, expect_faces: int, face_clip: Path, sour
     if mode in ("reference", "mapping"):
         # one embedding per track (two track lifetimes: before and after the blank stretch)
         assert 0 < rep["model_calls"]["embed"] <= 2 * 3
+
+
+def test_a_job_runs_several_inputs_and_reports_each_run_alone(face_clip: Path, source_photo: Path,
+                                                              tmp_path: Path) -> None:
+    from stream.config import load_config
+    from stream.pipeline import SwapJob
+
+    job = SwapJob(load_config("fast", ["detect.every=4"]), [str(source_photo)])
+    job.open()
+    first = job.run_video(str(face_clip), str(tmp_path / "a.mp4")).report
+    second = job.run_video(str(face_clip), str(tmp_path / "b.mp4")).report
+    assert first["model_calls"] == second["model_calls"]
+    assert first["faces_swapped"] == second["faces_swapped"] > 0
+    assert probe(tmp_path / "b.mp4")["frames"] == CLIP_FRAMES
