@@ -132,6 +132,23 @@ def test_bad_configuration(tmp_path: Path, source_photo: Path, face_clip: Path, 
     assert_one_line_error(res, needle)
 
 
+def test_odd_sized_video_is_a_clear_error(tmp_path: Path, source_photo: Path) -> None:
+    import av
+
+    clip = tmp_path / "odd.mkv"
+    with av.open(str(clip), "w") as out:  # FFV1 (lossless) takes odd sizes; H.264 4:2:0 cannot
+        stream = out.add_stream("ffv1", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 321, 241, "bgr0"
+        for i in range(5):
+            frame = av.VideoFrame.from_ndarray(np.full((241, 321, 3), 40 * i, np.uint8), format="bgr24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    res = facestream("swap", "--source", str(source_photo), "--input", str(clip),
+                     "--output", str(tmp_path / "o.mp4"))
+    assert_one_line_error(res, "even width and height", "321x241")
+
+
 def test_picture_to_video_is_refused(tmp_path: Path, source_photo: Path) -> None:
     res = facestream("swap", "--source", str(source_photo), "--input", str(source_photo),
                      "--output", str(tmp_path / "o.mp4"))

@@ -123,6 +123,11 @@ class FileSink:
         Raises SinkError when the path cannot be written: missing folder, permission,
         a directory, or an extension no muxer knows.
         """
+        if self.info.width % 2 or self.info.height % 2:
+            # 4:2:0 chroma is subsampled by two both ways; x264 refuses odd sizes with a
+            # "generic error", so say what is wrong before trying.
+            raise self._error(f"H.264 in yuv420p needs an even width and height; the input is "
+                              f"{self.info.width}x{self.info.height}")
         if self.path.is_dir():
             raise self._error("is a directory")
         if not self.path.parent.is_dir():
