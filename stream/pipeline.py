@@ -28,6 +28,7 @@ from stream.tracklets import Tracker
 
 log = logging.getLogger(__name__)
 
+FRAME_RING_BYTES = 256 * 1024 * 1024
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
@@ -147,8 +148,11 @@ class SwapJob:
         depth = cfg.pipeline.ring_depth
         h, w = shape
         # Frames stay in their ring-A slot until encoded: A holds its own queue plus
-        # everything downstream (each later ring, and one frame in each stage's hands).
+        # everything downstream (each later ring, and one frame in each stage's hands),
+        # but at most FRAME_RING_BYTES of pictures (a 4K ring would otherwise take ~0.5 GB):
+        # with fewer slots decode simply waits sooner; every stage still has work.
         frame_slots = depth + len(workers) * depth + len(workers) + 1
+        frame_slots = max(len(workers) + 2, min(frame_slots, FRAME_RING_BYTES // (h * w * 3)))
         rings = [Ring("A", frame_slots, {"image": ((h, w, 3), np.uint8)}, policy=policy,
                       allocator=default_allocator())]
         rings += [Ring(name, depth, policy=policy) for name in ("B", "C", "D")]

@@ -128,3 +128,14 @@ def test_drop_oldest_drops_under_load_and_releases_frames() -> None:
     drops = sum(r.drops for r in runner.rings)
     assert drops > 0 and len(seqs) + drops == 300  # each drop is exactly one frame lost
     assert len(runner.rings[0]._free) == runner.rings[0].capacity
+
+
+@pytest.mark.parametrize("frame_slots", [1, 2, 5])
+def test_fewer_frame_slots_than_downstream_room_still_flows(frame_slots: int) -> None:
+    # A frame ring smaller than the later rings (as for 4K frames) must not deadlock.
+    sink = ListSink()
+    workers = [AddWorker("a", 1), AddWorker("b", 1), AddWorker("c", 1)]
+    rings = [Ring("A", frame_slots, {"image": ((H, W, 3), np.uint8)})]
+    rings += [Ring(f"R{i}", 4) for i in range(3)]
+    Runner(CountingSource(100), workers, sink, rings, Metrics()).run(staged=True)
+    assert [f[0] for f in sink.frames] == list(range(100))
