@@ -116,6 +116,8 @@ def _job_for(config: Config, sources: list[str]) -> SwapJob:
 
 
 def _run_swap(job: SwapJob, input_path: str, output_path: str, args: argparse.Namespace) -> JobResult:
+    if Path(output_path).resolve() == Path(input_path).resolve():
+        raise CliError(f"output {output_path!r} is the input: it would be overwritten while read")
     if is_image_path(input_path):
         if not is_image_path(output_path):
             raise CliError(f"output {output_path!r}: a picture input needs a picture output (.png, .jpg)")

@@ -149,6 +149,14 @@ def test_odd_sized_video_is_a_clear_error(tmp_path: Path, source_photo: Path) ->
     assert_one_line_error(res, "even width and height", "321x241")
 
 
+def test_output_onto_the_input_is_refused(tmp_path: Path, source_photo: Path, face_clip: Path) -> None:
+    clip = tmp_path / "mine.mp4"
+    clip.write_bytes(face_clip.read_bytes())
+    res = facestream("swap", "--source", str(source_photo), "--input", str(clip), "--output", str(clip))
+    assert_one_line_error(res, "is the input")
+    assert clip.read_bytes() == face_clip.read_bytes()
+
+
 def test_picture_to_video_is_refused(tmp_path: Path, source_photo: Path) -> None:
     res = facestream("swap", "--source", str(source_photo), "--input", str(source_photo),
                      "--output", str(tmp_path / "o.mp4"))
