@@ -150,11 +150,5 @@ class Ring:
         return self._abort is not None
 
     @property
-    def pending(self) -> int:
-        """Published slots not yet taken."""
-        with self._cond:
-            return len(self._ready)
-
-    @property
     def mean_occupancy(self) -> float:
         return self._occupancy_sum / self.published if self.published else 0.0

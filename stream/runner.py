@@ -84,7 +84,6 @@ class Runner:
         self.metrics = metrics or Metrics()
         self.on_frame = on_frame
         self.error: BaseException | None = None
-        self._error_stage = ""
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._scratch: Slot | None = None
@@ -170,7 +169,6 @@ class Runner:
         with self._lock:
             if self.error is None:
                 self.error = exc
-                self._error_stage = name
                 log.debug("stage %s failed", name, exc_info=exc)
         for ring in self.rings:
             ring.abort(exc)
@@ -246,7 +244,3 @@ class Runner:
                 log.debug("closing %r failed", part, exc_info=exc)
                 if self.error is None:
                     self.error = exc
-
-    @property
-    def error_stage(self) -> str:
-        return self._error_stage

@@ -108,11 +108,7 @@ class Tracker:
         self._next_id = 0
         self._last_detect = -(10**9)
         self._force_detect = True
-        self.detections = 0
 
-    def reset(self) -> None:
-        self.tracks.clear()
-        self._force_detect = True
 
     def _new_filter(self) -> OneEuroFilter:
         return OneEuroFilter(self.track_cfg.min_cutoff, self.track_cfg.beta)
@@ -153,7 +149,6 @@ class Tracker:
 
     def _detect(self, gray: GrayImage, seq: int) -> None:
         self._last_detect = seq
-        self.detections += 1
         dets = self.detector.forward(gray)
         pairs = sorted(
             ((iou(tr.box, box), ti, di) for ti, tr in enumerate(self.tracks)
