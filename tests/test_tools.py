@@ -1,0 +1,21 @@
+"""The benchmark script runs and prints its figures (a smoke test; speed is never asserted)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_prints_both_modes_and_the_ratio(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    res = subprocess.run([sys.executable, "tools/bench.py", "--faces", "1", "--seconds", "0.5",
+                          "--repeat", "1", "--json", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "one face: staged" in res.stdout and "ratio" in res.stdout
+    runs = json.loads(out.read_text())["one face"]
+    assert runs["staged"][0]["frames"] == runs["serial"][0]["frames"] == 15
+    assert runs["staged"][0]["faces_swapped"] == runs["serial"][0]["faces_swapped"] > 0
