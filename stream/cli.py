@@ -76,6 +76,20 @@ def build_parser() -> argparse.ArgumentParser:
                       help="folder for the demo files (default: ./facestream-demo)")
     demo.add_argument("--seconds", type=float, default=10.0, help="length of the demo clip (default 10)")
     _add_run_options(demo)
+    models = sub.add_parser(
+        "models", help="list the standard model files (found or missing), or fetch one",
+        description="Lists each model of the catalog with the file that was found, or where to put "
+                    "it. Folders searched: --models-dir, then $FACESTREAM_MODELS, then the per-user "
+                    "folder. `models fetch NAME --url URL` downloads one (nothing is ever downloaded "
+                    "unless asked).")
+    models.add_argument("--models-dir", metavar="DIR", help="search (and fetch into) this folder first")
+    msub = models.add_subparsers(dest="models_command", metavar="ACTION")
+    fetch = msub.add_parser("fetch", help="download a model file, verifying its sha256 when given")
+    fetch.add_argument("name", help="catalog name, e.g. inswapper_128")
+    fetch.add_argument("--url", required=True, help="where to download it from")
+    fetch.add_argument("--sha256", metavar="HEX", help="expected sha256 of the file")
+    fetch.add_argument("--models-dir", dest="fetch_dir", metavar="DIR",
+                       help="folder to save into (default: --models-dir, else the per-user folder)")
     return parser
 
 
@@ -169,6 +183,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(config, Path(args.out_dir), args.seconds, args, _run_swap, _summarise)
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from engines.catalog import CATALOG, entry, locate, search_dirs, user_models_dir
+
+    if args.models_command == "fetch":
+        from engines.fetch import fetch
+
+        item = entry(args.name)
+        folder = Path(args.fetch_dir or args.models_dir or user_models_dir())
+        bar = Progress(0, label=f"{item.file}: ", unit="bytes")
+        try:
+            path = fetch(args.url, folder / item.file, args.sha256,
+                         lambda done, total: bar.update(done=done, total=total))
+        finally:
+            bar.close()
+        print(f"fetched {item.name} to {path}" + (" (sha256 verified)" if args.sha256 else ""))
+        return 0
+    dirs = search_dirs(args.models_dir)
+    print("folders searched: " + ", ".join(str(d) for d in dirs))
+    for name, item in CATALOG.items():
+        path = locate(name, args.models_dir)
+        where = f"found: {path}" if path else f"missing: put {item.file} in {dirs[0]}"
+        print(f"  {name:<20} {item.kind:<10} {where}")
+    return 0
+
+
 def _written_so_far(job_output: str | None) -> str:
     if job_output and Path(job_output).is_file() and Path(job_output).stat().st_size > 0:
         return f" (what was written so far is in {job_output})"
@@ -177,16 +216,16 @@ def _written_so_far(job_output: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+    logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    handlers = {"swap": cmd_swap, "demo": cmd_demo}
+    handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models}
     output = getattr(args, "output", None)
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:
         print(f"\nfacestream: interrupted{_written_so_far(output)}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (StreamError, EngineError, CliError) as exc:
+    except (StreamError, EngineError, CliError, ValueError) as exc:
         print(f"facestream: error: {exc}{_written_so_far(output)}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # a bug: still one line, the traceback only with --verbose

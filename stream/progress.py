@@ -8,8 +8,9 @@ from typing import TextIO
 
 class Progress:
     def __init__(self, total: int, label: str = "", stream: TextIO | None = None,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, unit: str = "frames") -> None:
         self.total = max(0, total)
+        self.unit = unit  # "frames" or "bytes"
         self.label = label
         self.stream = stream or sys.stderr
         self.enabled = enabled
@@ -19,8 +20,11 @@ class Progress:
         self._last_draw = 0.0
         self._next_quarter = 0.25
 
-    def update(self, n: int = 1) -> None:
-        self.done += n
+    def update(self, n: int = 1, done: int | None = None, total: int | None = None) -> None:
+        """Advance by `n`, or set the absolute `done` (and `total`, once known)."""
+        self.done = done if done is not None else self.done + n
+        if total is not None:
+            self.total = total
         if not self.enabled:
             return
         now = time.monotonic()
@@ -37,6 +41,12 @@ class Progress:
     def line(self, now: float | None = None) -> str:
         now = now or time.monotonic()
         elapsed = max(now - self.started, 1e-6)
+        if self.unit == "bytes":
+            mb, rate = self.done / 1e6, self.done / 1e6 / elapsed
+            if self.total:
+                return (f"{self.label}{mb:.1f} / {self.total / 1e6:.1f} MB "
+                        f"({100 * self.done / self.total:3.0f}%)  {rate:.1f} MB/s")
+            return f"{self.label}{mb:.1f} MB  {rate:.1f} MB/s"
         fps = self.done / elapsed
         if self.total:
             frac = min(1.0, self.done / self.total)
