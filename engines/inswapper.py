@@ -1,0 +1,274 @@
+"""inswapper_128 (fp32 and fp16 exports): the source identity painted onto a 128 target crop.
+
+Pre- and post-processing follow insightface's `INSwapper` exactly (crop aligned to
+arcface_128, RGB in [0,1]; latent = normalised embedding @ emap, normalised again; output
+scaled by 255, clipped and truncated to uint8). The paste-back builds the same soft mask as
+insightface's (threshold, erode and blur in proportion to the face's size) but only on the
+face's bounding region: the region is the warped crop's footprint plus the blur's reach, so
+every pixel insightface's full-frame version changes lies inside it.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import TypeAlias
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from engines.errors import EngineError, ModelNotFound
+from engines.face import Face, ImageBGR, SwapResult
+from engines.face_align import Affine, estimate_norm, kps5_from_landmarks68, warp_crop
+from engines.ort_runtime import OrtOptions, OrtRuntime, TensorSpec
+
+log = logging.getLogger(__name__)
+
+Latent: TypeAlias = npt.NDArray[np.float32]  # (1, 512)
+Blob: TypeAlias = npt.NDArray[np.float32]  # (N, 3, 128, 128), RGB in [0, 1]
+
+CROP_SIZE = 128
+LATENT_DIM = 512
+TEMPLATE = "arcface_128"
+TARGET, SOURCE, OUTPUT = "target", "source", "output"
+MASK_THRESHOLD = 20.0  # insightface: warped white above this counts as inside the crop
+
+
+def _dims_match(spec: TensorSpec, dims: tuple[int, ...]) -> bool:
+    """Shape [N, *dims] with N fixed at 1 or dynamic, and a float type."""
+    return (spec.dtype in ("tensor(float)", "tensor(float16)") and len(spec.shape) == len(dims) + 1
+            and spec.shape[0] in (1, None) and tuple(spec.shape[1:]) == dims)
+
+
+class InSwapper:
+    """inswapper_128 behind the swapper role: target crop + source latent in, swapped crop out."""
+
+    name = "inswapper"
+
+    def __init__(self, path: str | os.PathLike[str], options: OrtOptions | None = None) -> None:
+        self.path = Path(path)
+        self.runtime = OrtRuntime(path, options)
+        self.emap: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
+        self.batch: int | None = 1  # None when the export takes any batch size
+        self._dtypes: dict[str, type[np.floating]] = {TARGET: np.float32, SOURCE: np.float32}
+
+    @property
+    def calls(self) -> int:
+        """Model invocations so far (a batched call counts once)."""
+        return self.runtime.calls
+
+    def open(self) -> None:
+        """Load the model, check its I/O and read `emap` (the graph's last initializer)."""
+        if self.runtime.session is not None:
+            return
+        try:
+            self.runtime.open()
+        except ModelNotFound:
+            raise
+        except EngineError as exc:
+            raise EngineError(f"{exc}; expected an inswapper_128 ONNX file") from exc
+        ins = {i.name: i for i in self.runtime.inputs}
+        outs = {o.name: o for o in self.runtime.outputs}
+        ok = (len(ins) == 2 and len(outs) == 1
+              and TARGET in ins and _dims_match(ins[TARGET], (3, CROP_SIZE, CROP_SIZE))
+              and SOURCE in ins and _dims_match(ins[SOURCE], (LATENT_DIM,))
+              and OUTPUT in outs and _dims_match(outs[OUTPUT], (3, CROP_SIZE, CROP_SIZE)))
+        if not ok:
+            self.runtime.close()
+            found = (f"inputs {[(i.name, list(i.shape)) for i in self.runtime.inputs]}, "
+                     f"outputs {[(o.name, list(o.shape)) for o in self.runtime.outputs]}")
+            raise EngineError(
+                f"model file {str(self.path)!r} is not an inswapper_128 model: expected inputs "
+                f"target [1,3,{CROP_SIZE},{CROP_SIZE}] and source [1,{LATENT_DIM}] and output "
+                f"output [1,3,{CROP_SIZE},{CROP_SIZE}], found {found}")
+        self.emap = self._read_emap()
+        dynamic = ins[TARGET].shape[0] is None and ins[SOURCE].shape[0] is None
+        self.batch = None if dynamic else 1
+        # The fp16 export keeps float32 I/O; a pure-fp16 one gets its feeds cast.
+        self._dtypes = {name: np.float16 if ins[name].dtype == "tensor(float16)" else np.float32
+                        for name in (TARGET, SOURCE)}
+        log.info("%s: inswapper, batch %s", self.path.name, "dynamic" if self.batch is None else self.batch)
+
+    def _read_emap(self) -> npt.NDArray[np.float32]:
+        import onnx
+        from onnx import numpy_helper
+
+        try:
+            model = onnx.load(str(self.path))
+            emap = numpy_helper.to_array(model.graph.initializer[-1])
+        except Exception as exc:  # a protobuf or external-data failure: one line for the user
+            self.runtime.close()
+            raise EngineError(f"model file {str(self.path)!r}: cannot read emap ({exc})") from exc
+        del model  # the weights are in the session already; only emap is kept
+        if emap.shape != (LATENT_DIM, LATENT_DIM):
+            self.runtime.close()
+            raise EngineError(f"model file {str(self.path)!r}: expected the last initializer (emap) to be "
+                              f"{LATENT_DIM}x{LATENT_DIM}, found shape {list(emap.shape)}")
+        # float16 in an fp16 export: numpy upcasts it to float32 in insightface's dot anyway.
+        return np.ascontiguousarray(emap, dtype=np.float32)
+
+    # ---- source: once per source face ----
+
+    def prepare_source(self, embedding: npt.NDArray[np.floating]) -> Latent:
+        """The model's `source` input for a raw ArcFace embedding: (1, 512) float32.
+
+        Depends on the source face only: compute it once per source and cache it.
+        """
+        if self.runtime.session is None:
+            self.open()
+        emb = np.asarray(embedding, dtype=np.float32).ravel()
+        if emb.shape != (LATENT_DIM,):
+            raise ValueError(f"expected a {LATENT_DIM}-d embedding, got shape {emb.shape}")
+        latent = (emb / np.linalg.norm(emb)).reshape((1, -1))
+        latent = np.dot(latent, self.emap)
+        latent /= np.linalg.norm(latent)
+        return latent
+
+    # ---- per frame ----
+
+    def prepare_crop(self, frame_bgr: ImageBGR,
+                     kps5: npt.NDArray[np.floating] | Face) -> tuple[Blob, Affine]:
+        """The `target` blob (1, 3, 128, 128), RGB in [0,1], and the frame->crop matrix M."""
+        M = estimate_norm(_as_kps5(kps5), CROP_SIZE, TEMPLATE)
+        crop = warp_crop(frame_bgr, M, CROP_SIZE)
+        # cv2.dnn's scaling, as insightface: bit-identical blob.
+        blob = cv2.dnn.blobFromImage(crop, 1.0 / 255.0, (CROP_SIZE, CROP_SIZE), (0.0, 0.0, 0.0), swapRB=True)
+        return blob, M
+
+    def forward_blob(self, blob: Blob, latent: Latent) -> npt.NDArray[np.floating]:
+        """Run the model: `output` (N, 3, 128, 128) for N target blobs and N (or 1) latents."""
+        if self.runtime.session is None:
+            self.open()
+        n = blob.shape[0]
+        if latent.shape[0] != n:
+            latent = np.repeat(latent.reshape(1, -1), n, axis=0)
+        tgt = np.ascontiguousarray(blob, dtype=self._dtypes[TARGET])
+        src = np.ascontiguousarray(latent, dtype=self._dtypes[SOURCE])
+        if self.batch is None or n == 1:
+            return self.runtime.run({TARGET: tgt, SOURCE: src}, [OUTPUT])[OUTPUT]
+        # The published export is batch-1: one run per face.
+        return np.concatenate([self.runtime.run({TARGET: tgt[i:i + 1], SOURCE: src[i:i + 1]}, [OUTPUT])[OUTPUT]
+                               for i in range(n)])
+
+    @staticmethod
+    def decode_output(pred: npt.NDArray[np.floating]) -> list[ImageBGR]:
+        """Model output to 128x128 BGR uint8 crops: x 255, clip, truncate (as insightface)."""
+        out = []
+        for one in pred:
+            rgb = one.transpose((1, 2, 0))
+            out.append(np.ascontiguousarray(np.clip(255 * rgb, 0, 255).astype(np.uint8)[:, :, ::-1]))
+        return out
+
+    def forward_crop(self, frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
+                     latent: Latent) -> tuple[ImageBGR, Affine]:
+        """The swapped 128x128 BGR crop and M: insightface's `get(..., paste_back=False)`."""
+        blob, M = self.prepare_crop(frame_bgr, kps5)
+        return self.decode_output(self.forward_blob(blob, latent))[0], M
+
+    def forward(self, frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
+                latent: Latent) -> SwapResult | None:
+        """Swap one face: the blended face region of the frame (the frame is not modified).
+
+        `kps5` is the five alignment points (5, 2), or 68 landmarks (68, 2), or a `Face`.
+        None when the face's crop does not overlap the frame.
+        """
+        crop, M = self.forward_crop(frame_bgr, kps5, latent)
+        return self.blend_crop(frame_bgr, crop, M)
+
+    def forward_many(self, frame_bgr: ImageBGR, kps5_list: list[npt.NDArray[np.floating] | Face],
+                     latents: list[Latent]) -> list[SwapResult | None]:
+        """Swap several faces of one frame; one model call when the export allows batches.
+
+        Each result is blended against the unmodified frame: where two regions overlap, the
+        face pasted last wins.
+        """
+        if len(kps5_list) != len(latents):
+            raise ValueError(f"{len(kps5_list)} faces but {len(latents)} latents")
+        if not kps5_list:
+            return []
+        prepared = [self.prepare_crop(frame_bgr, k) for k in kps5_list]
+        blob = np.concatenate([b for b, _ in prepared])
+        latent = np.concatenate([np.asarray(v, np.float32).reshape(1, -1) for v in latents])
+        crops = self.decode_output(self.forward_blob(blob, latent))
+        return [self.blend_crop(frame_bgr, crop, M) for crop, (_, M) in zip(crops, prepared)]
+
+    # ---- paste-back, on the face's region only ----
+
+    @staticmethod
+    def prepare_region(frame_shape: tuple[int, ...], M: Affine) -> tuple[int, int, int, int] | None:
+        """The frame rectangle (x0, y0, x1, y1) that insightface's paste-back can change.
+
+        The inverse-warped crop is non-zero where M maps a pixel into (-1, 128) (bilinear
+        support); the soft mask reaches a blur radius (at most max(size // 20, 5)) past it.
+        None when that rectangle misses the frame.
+        """
+        h, w = frame_shape[:2]
+        IM = cv2.invertAffineTransform(M)
+        lo, hi = -1.0, float(CROP_SIZE)
+        corners = np.array([[lo, lo, 1.0], [hi, lo, 1.0], [lo, hi, 1.0], [hi, hi, 1.0]]) @ IM.T
+        fx0, fy0 = np.floor(corners.min(axis=0)) - 1
+        fx1, fy1 = np.ceil(corners.max(axis=0)) + 2
+        # An upper bound of insightface's mask_size gives an upper bound of its blur radius.
+        size_bound = int(math.sqrt(max(fx1 - fx0, 0.0) * max(fy1 - fy0, 0.0)))
+        margin = max(size_bound // 20, 5) + 2
+        x0, y0 = max(int(fx0) - margin, 0), max(int(fy0) - margin, 0)
+        x1, y1 = min(int(fx1) + margin, w), min(int(fy1) + margin, h)
+        if x1 <= x0 or y1 <= y0:
+            return None
+        return x0, y0, x1, y1
+
+    def blend_crop(self, frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine) -> SwapResult | None:
+        """Blend a swapped crop into a copy of the face's region, with insightface's soft mask.
+
+        Returns the region, the blended region (`patch`) and `valid` (255 where the blend
+        weight is non-zero, the only pixels where `patch` may differ from the frame).
+        """
+        region = self.prepare_region(frame_bgr.shape, M)
+        if region is None:
+            return None
+        x0, y0, x1, y1 = region
+        rw, rh = x1 - x0, y1 - y0
+        IM = cv2.invertAffineTransform(M)
+        IM[:, 2] -= (x0, y0)  # frame -> region coordinates
+        fake = cv2.warpAffine(crop_bgr, IM, (rw, rh), borderValue=0.0)
+        white = np.full((CROP_SIZE, CROP_SIZE), 255, dtype=np.float32)
+        mask = cv2.warpAffine(white, IM, (rw, rh), borderValue=0.0)
+        mask[mask > MASK_THRESHOLD] = 255
+        rows, cols = np.where(mask == 255)
+        if rows.size == 0:
+            return None  # the crop only grazes the frame: nothing insightface would keep
+        mask_size = int(np.sqrt((rows.max() - rows.min()) * (cols.max() - cols.min())))
+        # insightface's proportions: erode by a tenth of the face, blur by a twentieth.
+        k = max(mask_size // 10, 10)
+        mask = cv2.erode(mask, np.ones((k, k), np.uint8), iterations=1)
+        k = max(mask_size // 20, 5)
+        mask = cv2.GaussianBlur(mask, (2 * k + 1, 2 * k + 1), 0)
+        mask /= 255
+        alpha = mask.reshape(rh, rw, 1)
+        roi = frame_bgr[y0:y1, x0:x1]
+        patch = (alpha * fake + (1 - alpha) * roi.astype(np.float32)).astype(np.uint8)
+        valid = np.where(mask > 0, np.uint8(255), np.uint8(0))
+        return SwapResult(region=region, patch=patch, valid=valid)
+
+    def paste(self, frame: ImageBGR, face: Face | None, result: SwapResult) -> None:
+        """Write `result` into `frame` in place, inside `result.region` only (where valid)."""
+        x0, y0, x1, y1 = result.region
+        roi = frame[y0:y1, x0:x1]
+        if roi.shape[:2] != result.patch.shape[:2] or result.valid.shape != result.patch.shape[:2]:
+            raise EngineError(
+                f"swap result for region {result.region} has patch {result.patch.shape[:2]} "
+                f"and valid {result.valid.shape} but the frame region is {roi.shape[:2]}")
+        np.copyto(roi, result.patch, where=result.valid[:, :, None] > 0)
+
+
+def _as_kps5(points: npt.NDArray[np.floating] | Face) -> npt.NDArray[np.floating]:
+    if isinstance(points, Face):
+        return kps5_from_landmarks68(points.landmarks)
+    pts = np.asarray(points)
+    if pts.shape == (68, 2):
+        return kps5_from_landmarks68(pts)
+    if pts.shape != (5, 2):
+        raise ValueError(f"expected 5 keypoints (5, 2) or 68 landmarks (68, 2), got shape {pts.shape}")
+    return pts
