@@ -6,7 +6,7 @@ import dlib
 import numpy as np
 
 from engines.face import Box
-from engines.protocols import GrayImage
+from engines.frame_views import FrameViews
 
 
 class DlibHogDetector:
@@ -31,10 +31,11 @@ class DlibHogDetector:
         if self._detector is None:
             self._detector = dlib.get_frontal_face_detector()
 
-    def forward(self, gray: GrayImage) -> list[tuple[Box, float]]:
+    def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
         if self._detector is None:
             self.open()
         assert self._detector is not None
+        gray = frame.gray
         h, w = gray.shape[:2]
         scale = min(1.0, self.max_side / max(h, w))
         if scale < 1.0:

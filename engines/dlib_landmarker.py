@@ -6,7 +6,7 @@ import numpy as np
 
 from engines.dlib_models import model_path
 from engines.face import Box, Landmarks68
-from engines.protocols import GrayImage
+from engines.frame_views import FrameViews
 
 
 def to_rect(box: Box) -> dlib.rectangle:
@@ -27,16 +27,16 @@ class DlibLandmarker:
         if self._predictor is None:
             self._predictor = dlib.shape_predictor(model_path("landmarks"))
 
-    def forward(self, gray: GrayImage, box: Box) -> Landmarks68:
+    def forward(self, frame: FrameViews, box: Box) -> Landmarks68:
         if self._predictor is None:
             self.open()
         assert self._predictor is not None
         self.calls += 1
-        shape = self._predictor(gray, to_rect(box))
+        shape = self._predictor(frame.gray, to_rect(box))
         return np.array([(p.x, p.y) for p in shape.parts()], dtype=np.float32)
 
-    def forward_many(self, gray: GrayImage, boxes: list[Box]) -> list[Landmarks68]:
-        return [self.forward(gray, box) for box in boxes]
+    def forward_many(self, frame: FrameViews, boxes: list[Box]) -> list[Landmarks68]:
+        return [self.forward(frame, box) for box in boxes]
 
     def close(self) -> None:
         pass

@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from engines.errors import EngineError
 from engines.face import Box, ImageBGR, Landmarks68
+from engines.frame_views import FrameViews
 from engines.ort_runtime import OrtOptions, OrtRuntime
 
 CROP = 256
@@ -64,7 +65,8 @@ class FanLandmarker:
         inv = cv2.invertAffineTransform(m)
         return (crop_xy @ inv[:, :2].T + inv[:, 2]).astype(np.float32)
 
-    def forward(self, image: ImageBGR, box: Box) -> Landmarks68:
+    def forward(self, frame: FrameViews | ImageBGR, box: Box) -> Landmarks68:
+        image = frame.bgr if isinstance(frame, FrameViews) else frame
         m = self.prepare_crop(image, box)
         out = self.runtime.run({self._input: self._blob})
         points, heatmaps = (out[o.name] for o in self.runtime.outputs[:2])
@@ -72,10 +74,10 @@ class FanLandmarker:
         self.last_scores = [float(heatmaps[0].reshape(heatmaps.shape[1], -1).max(axis=1).mean())]
         return self.decode_landmarks(points[0], m)
 
-    def forward_many(self, image: ImageBGR, boxes: list[Box]) -> list[Landmarks68]:
+    def forward_many(self, frame: FrameViews | ImageBGR, boxes: list[Box]) -> list[Landmarks68]:
         found, scores = [], []
         for box in boxes:
-            found.append(self.forward(image, box))
+            found.append(self.forward(frame, box))
             scores.extend(self.last_scores)
         self.last_scores = scores
         return found

@@ -7,8 +7,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engines.face import Box, Face, ImageBGR, Landmarks68, SwapResult
-
-GrayImage = npt.NDArray[np.uint8]  # (H, W), uint8
+from engines.frame_views import FrameViews
 
 
 class Detector(Protocol):
@@ -17,8 +16,8 @@ class Detector(Protocol):
 
     def open(self) -> None: ...
 
-    def forward(self, gray: GrayImage) -> list[tuple[Box, float]]:
-        """Face boxes (frame pixels) and scores in a grey frame."""
+    def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
+        """Face boxes (frame pixels) and scores."""
         ...
 
 
@@ -28,11 +27,11 @@ class Landmarker(Protocol):
 
     def open(self) -> None: ...
 
-    def forward(self, gray: GrayImage, box: Box) -> Landmarks68:
+    def forward(self, frame: FrameViews, box: Box) -> Landmarks68:
         """68 landmarks of the face in `box`."""
         ...
 
-    def forward_many(self, gray: GrayImage, boxes: list[Box]) -> list[Landmarks68]:
+    def forward_many(self, frame: FrameViews, boxes: list[Box]) -> list[Landmarks68]:
         """68 landmarks of each face box of one frame (one call: a runtime may batch)."""
         ...
 
@@ -40,6 +39,7 @@ class Landmarker(Protocol):
 class Embedder(Protocol):
     name: str
     calls: int
+    threshold: float  # identity distance below which two faces are the same person
 
     def open(self) -> None: ...
 

@@ -31,7 +31,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="preset from configs/ (fast, quality) or a YAML file; flags below override it")
     g.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override any config field, e.g. --set detect.every=5 (repeatable)")
-    g.add_argument("--engine", choices=["dlib"], help="model family (default: dlib, the embedded default)")
+    g.add_argument("--engine", choices=["auto", "dlib", "neural"],
+                   help="model family: neural (SCRFD, ArcFace, inswapper files you supply), dlib (the "
+                        "embedded default), or auto (default): neural when its files are found")
+    g.add_argument("--models-dir", metavar="DIR",
+                   help="folder of the neural model files (searched before $FACESTREAM_MODELS and "
+                        "the per-user folder; see `facestream models`)")
     g.add_argument("--select", choices=SELECT_MODES,
                    help="which faces to swap: all (default), the largest, only the --reference person, "
                         "or a --map of sources to people")
@@ -98,7 +103,7 @@ def _config_from(args: argparse.Namespace) -> Config:
     simple = {
         "engine": args.engine, "select.mode": args.select, "swap.blend": args.blend,
         "detect.every": args.detect_every, "pipeline.max_faces": args.max_faces,
-        "encode.preset": args.x264_preset, "encode.crf": args.crf,
+        "encode.preset": args.x264_preset, "encode.crf": args.crf, "models.dir": args.models_dir,
     }
     overrides += [f"{k}={json.dumps(v)}" for k, v in simple.items() if v is not None]
     if args.reference:

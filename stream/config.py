@@ -60,12 +60,13 @@ class SelectConfig:
     mode: str = "all"  # all | largest | reference | mapping
     reference: str | None = None  # reference mode: photo of the one person to swap
     mapping: list[list[str]] = field(default_factory=list)  # mapping mode: [[source, reference], ...]
-    threshold: float = 0.6  # dlib's same-person distance
+    threshold: float | None = None  # same-person distance; None: the embedder's own (dlib 0.6)
 
     def __post_init__(self) -> None:
         _check(self.mode in SELECT_MODES,
                f"select.mode must be one of {', '.join(SELECT_MODES)}, got {self.mode!r}")
-        _check(0 < self.threshold < 2, f"select.threshold must be in (0, 2), got {self.threshold}")
+        _check(self.threshold is None or 0 < self.threshold < 2,
+               f"select.threshold must be in (0, 2), got {self.threshold}")
         if self.mode == "reference":
             _check(bool(self.reference), "select.mode 'reference' needs a reference photo (--reference)")
         if self.mode == "mapping":
@@ -120,17 +121,41 @@ class PipelineConfig:
         _check(self.max_faces >= 1, f"pipeline.max_faces must be >= 1, got {self.max_faces}")
 
 
+ENGINES = ("auto", "dlib", "neural")
+
+
+@dataclass
+class ModelsConfig:
+    """The neural family: which catalog models, where their files are, how they run."""
+
+    dir: str | None = None  # searched first; then $FACESTREAM_MODELS, then the per-user folder
+    detector: str = "scrfd_10g"
+    embedder: str = "arcface_w600k_r50"
+    swapper: str = "inswapper_128"
+    landmarker: str | None = "2dfan4"  # None, or its file missing: dlib's 68-point predictor
+    providers: str = "auto"  # ONNX Runtime providers: auto, cpu, cuda, tensorrt, ...
+    detect_size: int = 640  # SCRFD input size (square, a multiple of 32)
+
+    def __post_init__(self) -> None:
+        _check(self.detect_size >= 32 and self.detect_size % 32 == 0,
+               f"models.detect_size must be a positive multiple of 32, got {self.detect_size}")
+
+
 @dataclass
 class Config:
     """Everything a run needs; built from defaults, a preset, then field overrides."""
 
-    engine: str = "dlib"
+    engine: str = "auto"  # auto: the neural set when its files are found, else dlib
+    models: ModelsConfig = field(default_factory=ModelsConfig)
     detect: DetectConfig = field(default_factory=DetectConfig)
     track: TrackConfig = field(default_factory=TrackConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
     swap: SwapConfig = field(default_factory=SwapConfig)
     encode: EncodeConfig = field(default_factory=EncodeConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.engine in ENGINES, f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

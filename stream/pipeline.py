@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from engines.errors import NoFaceError
 from engines.face import ImageBGR, Landmarks68
+from engines.frame_views import FrameViews
 from engines.registry import EngineSet, build_engines
 from stream.allocator import default_allocator
 from stream.config import Config
@@ -106,8 +106,8 @@ class SwapJob:
     def open(self) -> None:
         """Load the models and prepare every source (and reference) face once."""
         cfg = self.config
-        self.engines = build_engines(cfg.engine, detect_max_side=cfg.detect.max_side,
-                                     detect_upsample=cfg.detect.upsample, swap_config=cfg.swap)
+        self.engines = build_engines(cfg.engine, detect=cfg.detect, swap=cfg.swap, models=cfg.models)
+        self.notes.append(self.engines.note)
         self.engines.open()
         for path in self.source_paths:
             face = self.find_face(path, "source photo")
@@ -121,18 +121,18 @@ class SwapJob:
         """The largest face of a photo; NoFaceError when there is none."""
         assert self.engines is not None
         image = read_image(path)
-        gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
-        dets = self.engines.detector.forward(gray)
+        frame = FrameViews(image)
+        dets = self.engines.detector.forward(frame)
         if not dets:  # photos are often small: one pass with upsampling before giving up
             from engines.dlib_detector import DlibHogDetector
 
-            dets = DlibHogDetector(max_side=2048, upsample=1).forward(gray)
+            dets = DlibHogDetector(max_side=2048, upsample=1).forward(frame)
         if not dets:
             raise NoFaceError(f"{what} {path!r}: no face found")
         box, _ = max(dets, key=lambda d: (d[0][2] - d[0][0]) * (d[0][3] - d[0][1]))
         if len(dets) > 1:
             self.notes.append(f"{what} {path!r} has {len(dets)} faces; using the largest")
-        landmarks = self.engines.landmarker.forward(gray, box)
+        landmarks = self.engines.landmarker.forward(frame, box)
         return PhotoFace(path, image, landmarks, len(dets))
 
     def _build(self, shape: tuple[int, int], source: Source, sink: Sink, metrics: Metrics,
@@ -202,7 +202,9 @@ class SwapJob:
         before = self.engines.calls()  # the models live as long as the job: count this run's calls
         runner.run(staged=self.config.pipeline.staged if staged is None else staged)
         calls = {kind: n - before.get(kind, 0) for kind, n in self.engines.calls().items()}
+        tracker = runner.workers[0].tracker  # type: ignore[attr-defined]
         rep = runner.metrics.report(runner.rings, calls, {
+            "tracks_started": tracker.tracks_started,
             **extra, "output": str(output), "engine": self.engines.name,
             "staged": self.config.pipeline.staged if staged is None else staged,
             "sources": [s.path for s in self.sources]})

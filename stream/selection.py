@@ -57,7 +57,8 @@ class Selector:
         assert emb is not None and self.embedder is not None
         dists = [self.embedder.distance(emb, ref) for ref in self.references]
         best = int(np.argmin(dists))
-        tr.source = best if dists[best] < self.config.threshold else None
+        threshold = self.config.threshold if self.config.threshold is not None else self.embedder.threshold
+        tr.source = best if dists[best] < threshold else None
         return tr.source
 
     def choose(self, tracks: list[Track], tracker: Tracker, image: ImageBGR, seq: int) -> list[Target]:

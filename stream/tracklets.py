@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engines.face import Box, Face, ImageBGR, Landmarks68
-from engines.protocols import Detector, Embedder, GrayImage, Landmarker
+from engines.frame_views import FrameViews
+from engines.protocols import Detector, Embedder, Landmarker
 from stream.config import DetectConfig, TrackConfig
 from stream.one_euro import OneEuroFilter
 
@@ -110,10 +111,14 @@ class Tracker:
         self._force_detect = True
 
 
+    @property
+    def tracks_started(self) -> int:
+        return self._next_id
+
     def _new_filter(self) -> OneEuroFilter:
         return OneEuroFilter(self.track_cfg.min_cutoff, self.track_cfg.beta)
 
-    def update(self, gray: GrayImage, seq: int, t: float) -> list[Track]:
+    def update(self, frame: FrameViews, seq: int, t: float) -> list[Track]:
         """Advance every track to this frame; returns the confirmed ones.
 
         A track that missed its last detection is still followed (a detector can miss a
@@ -122,13 +127,13 @@ class Tracker:
         due = seq - self._last_detect >= self.detect_cfg.every
         if due or self._force_detect:
             self._force_detect = False  # before: the detection itself may ask for another
-            self._detect(gray, seq)
-        h, w = gray.shape[:2]
+            self._detect(frame, seq)
+        h, w = frame.shape
         alive: list[Track] = []
         for tr in self.tracks:
             if not tr.matched:  # between detections: the box follows the (raw) landmarks
                 tr.box = unrelate(tr.rel, landmark_box(tr.raw))
-        found = self.landmarker.forward_many(gray, [tr.box for tr in self.tracks]) if self.tracks else []
+        found = self.landmarker.forward_many(frame, [tr.box for tr in self.tracks]) if self.tracks else []
         for tr, raw in zip(self.tracks, found):
             if tr.age and self._jumped(tr.raw, raw):
                 self._force_detect = True
@@ -147,9 +152,9 @@ class Tracker:
         self.tracks = alive
         return [tr for tr in alive if tr.missed == 0]
 
-    def _detect(self, gray: GrayImage, seq: int) -> None:
+    def _detect(self, frame: FrameViews, seq: int) -> None:
         self._last_detect = seq
-        dets = self.detector.forward(gray)
+        dets = self.detector.forward(frame)
         pairs = sorted(
             ((iou(tr.box, box), ti, di) for ti, tr in enumerate(self.tracks)
              for di, (box, _) in enumerate(dets)),

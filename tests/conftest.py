@@ -1,6 +1,8 @@
 """Shared fixtures: face clips and photos made from pictures that ship with installed packages."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import cv2
@@ -9,6 +11,13 @@ import pytest
 
 from stream.demo_media import astronaut, group_picture
 from tests.media import make_clip
+
+# `--engine auto` (the default) picks the neural set when its files are found: keep the
+# suite independent of whatever model files this machine's user folder holds. Set at
+# import, so the CLI subprocesses the tests start inherit it too.
+_EMPTY_MODELS = tempfile.mkdtemp(prefix="fs-no-models-")
+os.environ["XDG_DATA_HOME"] = _EMPTY_MODELS
+os.environ.pop("FACESTREAM_MODELS", None)
 
 # A 640x480 window of t1.jpg holding three faces (about 88-125 px) at native scale.
 WINDOW = (0, 80, 640, 560)

@@ -13,6 +13,7 @@ import pytest
 from engines.dlib_detector import DlibHogDetector
 from engines.dlib_embedder import DlibEmbedder
 from engines.dlib_landmarker import DlibLandmarker
+from engines.frame_views import FrameViews
 from stream.cli import main
 from tests.conftest import BLANK_FRAMES, CLIP_FRAMES, FACE_FRAMES, window_frame
 from tests.media import probe
@@ -30,11 +31,10 @@ class Identity:
         self.det, self.lm, self.emb = DlibHogDetector(2048), DlibLandmarker(), DlibEmbedder()
 
     def boxes(self, image: np.ndarray) -> list[tuple[float, float, float, float]]:
-        return [b for b, _ in self.det.forward(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY))]
+        return [b for b, _ in self.det.forward(FrameViews(image))]
 
     def embed(self, image: np.ndarray, box) -> np.ndarray:
-        gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
-        return self.emb.forward(image, self.lm.forward(gray, box))
+        return self.emb.forward(image, self.lm.forward(FrameViews(image), box))
 
 
 @pytest.fixture(scope="module")

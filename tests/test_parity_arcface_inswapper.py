@@ -45,13 +45,14 @@ def _face(**kw: object):  # insightface's own Face record
 def _dlib_kps(image: np.ndarray) -> list[np.ndarray]:
     from engines.dlib_detector import DlibHogDetector
     from engines.dlib_landmarker import DlibLandmarker
+    from engines.frame_views import FrameViews
 
     det, lm = DlibHogDetector(), DlibLandmarker()
     det.open()
     lm.open()
-    gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
-    boxes = sorted((b for b, _ in det.forward(gray)), key=lambda b: (b[0], b[1]))
-    return [kps5_from_landmarks68(lm.forward(gray, box)) for box in boxes]
+    frame = FrameViews(image)
+    boxes = sorted((b for b, _ in det.forward(frame)), key=lambda b: (b[0], b[1]))
+    return [kps5_from_landmarks68(lm.forward(frame, box)) for box in boxes]
 
 
 @pytest.fixture(scope="module")

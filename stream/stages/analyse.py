@@ -1,9 +1,9 @@
 """The analyse stage: tracking (detection when due, landmarks every frame), selection."""
 from __future__ import annotations
 
-import cv2
 import numpy as np
 
+from engines.frame_views import FrameViews
 from stream.selection import Selector
 from stream.slot import Slot
 from stream.tracklets import Tracker
@@ -24,12 +24,12 @@ class AnalyseWorker:
         image = item.image
         if self._gray is None or self._gray.shape != image.shape[:2]:
             self._gray = np.empty(image.shape[:2], np.uint8)
-        gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY, dst=self._gray)
+        frame = FrameViews(image, self._gray)  # grey is converted only if a model reads it
         if item.pts is not None and item.time_base is not None:
             t = float(item.pts * item.time_base)
         else:
             t = item.seq / self.default_fps
-        tracks = self.tracker.update(gray, item.seq, t)
+        tracks = self.tracker.update(frame, item.seq, t)
         out.payload = tuple(self.selector.choose(tracks, self.tracker, image, item.seq))
 
     def close(self) -> None:

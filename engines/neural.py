@@ -1,0 +1,62 @@
+"""The standard neural set behind the pipeline's protocols: SCRFD, 2dfan4, ArcFace, inswapper.
+
+Adapters only: each model class keeps its own pre/post-processing (scrfd.py, arcface.py,
+inswapper.py, fan_landmarker.py); these give them the shapes the tracker and stages use.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engines.arcface import ArcFaceEmbedder
+from engines.face import Box, Face, ImageBGR, Landmarks68, SwapResult
+from engines.frame_views import FrameViews
+from engines.inswapper import InSwapper
+from engines.scrfd import ScrfdDetector
+
+
+class ScrfdFaces:
+    """SCRFD as a `Detector`: boxes and scores in frame pixels."""
+
+    name = "scrfd"
+
+    def __init__(self, detector: ScrfdDetector) -> None:
+        self.detector = detector
+
+    @property
+    def calls(self) -> int:
+        return self.detector.calls
+
+    def open(self) -> None:
+        self.detector.open()
+
+    def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
+        dets, _ = self.detector.forward(frame.bgr)
+        return [((float(d[0]), float(d[1]), float(d[2]), float(d[3])), float(d[4])) for d in dets]
+
+
+class InSwapperSwapper:
+    """inswapper_128 as a `Swapper`. A source face is prepared once: its ArcFace embedding
+    and then its latent (embedding @ emap), which every frame reuses."""
+
+    name = "inswapper"
+
+    def __init__(self, swapper: InSwapper, embedder: ArcFaceEmbedder) -> None:
+        self.swapper = swapper
+        self.embedder = embedder
+
+    @property
+    def calls(self) -> int:
+        return self.swapper.calls
+
+    def open(self) -> None:
+        self.swapper.open()
+        self.embedder.open()
+
+    def prepare_source(self, image: ImageBGR, landmarks: Landmarks68) -> np.ndarray:
+        return self.swapper.prepare_source(self.embedder.forward(image, landmarks))
+
+    def forward(self, frame: ImageBGR, face: Face, source: object) -> SwapResult | None:
+        return self.swapper.forward(frame, face, source)  # type: ignore[arg-type]
+
+    def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
+        self.swapper.paste(frame, face, result)
