@@ -58,5 +58,9 @@ class InSwapperSwapper:
     def forward(self, frame: ImageBGR, face: Face, source: object) -> SwapResult | None:
         return self.swapper.forward(frame, face, source)  # type: ignore[arg-type]
 
+    def forward_many(self, frame: ImageBGR, faces: list[Face], sources: list[object]) -> list[SwapResult | None]:
+        """All faces of a frame in one model call where the export takes a batch."""
+        return self.swapper.forward_many(frame, list(faces), list(sources))  # type: ignore[arg-type]
+
     def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
         self.swapper.paste(frame, face, result)

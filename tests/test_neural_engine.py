@@ -99,3 +99,15 @@ def test_reference_mode_embeds_per_track_not_per_frame(models_dir: Path, face_cl
     # at most once per track (re-checks come every 300 frames), whatever each track's life;
     # tracks past the per-frame budget (max_faces) are never even looked at
     assert 0 < rep["model_calls"]["embed"] <= rep["tracks_started"]
+
+
+def test_a_batching_swapper_runs_once_per_frame(models_dir: Path, face_clip: Path, source_photo: Path,
+                                                tmp_path: Path) -> None:
+    folder = tmp_path / "batched"
+    folder.mkdir()
+    for name in ("det_10g.onnx", "w600k_r50.onnx"):
+        (folder / name).symlink_to(models_dir / name)
+    make_inswapper(folder / "inswapper_128.onnx", seed=5, batch=None)  # dynamic batch axis
+    rep = _swap(tmp_path, face_clip, source_photo, "--engine", "neural", "--models-dir", str(folder))
+    assert rep["faces_swapped"] > rep["frames_with_faces"]  # several faces a frame...
+    assert rep["model_calls"]["swap"] == rep["frames_with_faces"]  # ...in one model call each

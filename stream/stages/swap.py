@@ -18,12 +18,13 @@ class SwapWorker:
 
     def process(self, item: Slot, out: Slot) -> None:
         image = item.image
-        results = []
-        for target in item.payload:
-            res = self.swapper.forward(image, target.face, self.sources[target.source])
-            if res is not None:
-                results.append((target.face, res))
-        out.payload = tuple(results)
+        targets = item.payload
+        batched = getattr(self.swapper, "forward_many", None)
+        if batched is not None and len(targets) > 1:  # one model call for the frame's faces
+            found = batched(image, [t.face for t in targets], [self.sources[t.source] for t in targets])
+        else:
+            found = [self.swapper.forward(image, t.face, self.sources[t.source]) for t in targets]
+        out.payload = tuple((t.face, res) for t, res in zip(targets, found) if res is not None)
 
     def close(self) -> None:
         pass
