@@ -1,8 +1,13 @@
 """ONNX Runtime behind the runtime protocol: named inputs in, named outputs out.
 
 Providers are chosen by name or `auto` among those installed, best first (TensorRT EP,
-CUDA, DirectML, CoreML, OpenVINO, CPU). CPU thread counts follow the machine; on a GPU
-the caller may bind device buffers (issue 3 follows up with IO binding).
+CUDA, DirectML, CoreML, OpenVINO, CPU). CPU thread counts follow the machine.
+
+On CUDA and the TensorRT EP, `run` goes through ONNX Runtime's IO binding: inputs are
+bound from host arrays (pinned ones when the pipeline hands the runtime a pinned
+allocator, see `host_buffer`), outputs are bound to device memory that ONNX Runtime
+allocates, and are copied back to the host once the run has finished. The CPU keeps the
+plain `session.run`, which has nothing to gain from a binding.
 """
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,6 +32,8 @@ PROVIDER_ORDER = (
     "OpenVINOExecutionProvider",
     "CPUExecutionProvider",
 )
+# Providers whose outputs live in CUDA device memory: IO binding is on for them by default.
+CUDA_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
 SHORT_NAMES = {
     "tensorrt": "TensorrtExecutionProvider",
     "cuda": "CUDAExecutionProvider",
@@ -57,6 +64,30 @@ class OrtOptions:
     trt_cache_dir: str | None = None  # TensorRT EP engine cache
     trt_fp16: bool = False
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)
+    io_binding: bool | None = None  # None: on when the first provider is CUDA or TensorRT
+
+
+class HostAllocator(Protocol):
+    """Where host input buffers come from (`stream.allocator`'s allocators fit, by shape)."""
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray: ...
+
+
+def io_binding_device(setting: bool | None, providers: list[str]) -> str | None:
+    """The device ("cuda" or "cpu") to bind outputs to, or None for the plain `session.run`.
+
+    `setting` None (auto) binds only when the first provider is CUDA or the TensorRT EP:
+    their outputs are produced in device memory, and the binding lets ONNX Runtime keep
+    them there until one explicit copy. True binds on any provider (outputs on the CPU
+    when the first provider is not a CUDA one: useful to exercise the path without a GPU).
+    """
+    first = providers[0] if providers else ""
+    on_cuda = first in CUDA_PROVIDERS
+    if setting is None:
+        return "cuda" if on_cuda else None
+    if not setting:
+        return None
+    return "cuda" if on_cuda else "cpu"
 
 
 def available_providers() -> list[str]:
@@ -86,14 +117,18 @@ def choose_providers(wanted: str | list[str], installed: list[str]) -> list[str]
 class OrtRuntime:
     """One ONNX model file in an ONNX Runtime session; `run` maps named inputs to outputs."""
 
-    def __init__(self, path: str | os.PathLike[str], options: OrtOptions | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], options: OrtOptions | None = None,
+                 allocator: HostAllocator | None = None) -> None:
         self.path = Path(path)
         self.options = options or OrtOptions()
+        self.allocator = allocator  # for `host_buffer`; the pipeline passes its pinned one on CUDA
         self.session: Any = None
         self.inputs: list[TensorSpec] = []
         self.outputs: list[TensorSpec] = []
         self.providers: list[str] = []
+        self.binding_device: str | None = None  # set by open(): see io_binding_device
         self.calls = 0
+        self._host: dict[str, np.ndarray] = {}
 
     def open(self) -> None:
         """Create the session; a missing or non-ONNX file is a one-line EngineError."""
@@ -119,7 +154,9 @@ class OrtRuntime:
         self.providers = list(self.session.get_providers())
         self.inputs = [TensorSpec(i.name, _shape(i.shape), i.type) for i in self.session.get_inputs()]
         self.outputs = [TensorSpec(o.name, _shape(o.shape), o.type) for o in self.session.get_outputs()]
-        log.debug("%s on %s", self.path.name, ", ".join(self.providers))
+        self.binding_device = io_binding_device(opts.io_binding, self.providers)
+        log.debug("%s on %s%s", self.path.name, ", ".join(self.providers),
+                  f" (IO binding, outputs on {self.binding_device})" if self.binding_device else "")
 
     def _provider_options(self, provider: str) -> dict[str, Any]:
         opts = self.options
@@ -141,11 +178,52 @@ class OrtRuntime:
             self.open()
         names = outputs or [o.name for o in self.outputs]
         self.calls += 1
+        if self.binding_device is not None:
+            return self._run_bound(feeds, names, self.binding_device)
         values = self.session.run(names, feeds)
         return dict(zip(names, values))
 
+    def _run_bound(self, feeds: dict[str, np.ndarray], names: list[str], device: str) -> dict[str, np.ndarray]:
+        """One run through an IO binding: host inputs, outputs on `device`, copied back at the end."""
+        # A fresh binding per call: an IOBinding holds per-run state, and a runtime may be run
+        # from more than one thread; making one costs microseconds next to a GPU inference.
+        binding = self.session.io_binding()
+        # Contiguous inputs, held until the run is over, in case the binding reads the arrays'
+        # memory directly rather than copying it when bound.
+        held = [(name, np.ascontiguousarray(value)) for name, value in feeds.items()]
+        for name, value in held:
+            binding.bind_cpu_input(name, value)
+        for name in names:
+            # ONNX Runtime allocates each output on the device, at the shape the run produces
+            # (shapes may be dynamic, so nothing is preallocated here).
+            binding.bind_output(name, device, self.options.device_id)
+        self.session.run_with_iobinding(binding)
+        values = binding.copy_outputs_to_cpu()
+        if len(values) != len(names):
+            raise EngineError(f"model file {str(self.path)!r}: IO binding returned {len(values)} outputs "
+                              f"for {len(names)} bound ({', '.join(names)})")
+        return dict(zip(names, values))
+
+    def host_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type = np.float32) -> np.ndarray:
+        """A reusable host array for input `name`: write a blob into it and pass it to `run`.
+
+        It comes from the runtime's allocator (page-locked memory when the pipeline gives a
+        pinned one, which the driver can copy to the device without a staging copy) and is
+        kept for the next call of the same shape and type; plain numpy without an allocator.
+        """
+        dt = np.dtype(dtype)
+        buf = self._host.get(name)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != dt:
+            alloc = self.allocator
+            buf = alloc.empty(tuple(shape), dt) if alloc is not None else np.empty(shape, dt)
+            self._host[name] = buf
+        return buf
+
     def close(self) -> None:
+        """Release the session (and with it the model's memory on the device) and host buffers."""
         self.session = None
+        self.binding_device = None
+        self._host.clear()
 
 
 def _shape(shape: Any) -> tuple[int | None, ...]:
