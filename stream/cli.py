@@ -45,6 +45,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="with --select mapping: put SOURCE's face on the person in REFERENCE (repeatable)")
     g.add_argument("--blend", choices=BLENDS, help="feather: soft alpha edge (fast); poisson: seamless clone")
     g.add_argument("--detect-every", type=int, metavar="N", help="run face detection every N frames")
+    g.add_argument("--enhance", action="store_true",
+                   help="restore the swapped faces with GFPGAN 1.4 (its file is needed: see `facestream models`)")
+    g.add_argument("--enhance-every", type=int, metavar="K",
+                   help="with --enhance: run it every K-th frame per face, re-pasting its last result between")
     g.add_argument("--max-faces", type=int, metavar="N", help="swap at most N faces per frame")
     g.add_argument("--x264-preset", metavar="PRESET", help="libx264 preset of the output (ultrafast ... veryslow)")
     g.add_argument("--crf", type=int, help="libx264 quality, 0-51 (lower is better; default 20)")
@@ -104,6 +108,7 @@ def _config_from(args: argparse.Namespace) -> Config:
         "engine": args.engine, "select.mode": args.select, "swap.blend": args.blend,
         "detect.every": args.detect_every, "pipeline.max_faces": args.max_faces,
         "encode.preset": args.x264_preset, "encode.crf": args.crf, "models.dir": args.models_dir,
+        "enhance.every": args.enhance_every, "enhance.enabled": True if args.enhance else None,
     }
     overrides += [f"{k}={json.dumps(v)}" for k, v in simple.items() if v is not None]
     if args.reference:

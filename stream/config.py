@@ -121,6 +121,18 @@ class PipelineConfig:
         _check(self.max_faces >= 1, f"pipeline.max_faces must be >= 1, got {self.max_faces}")
 
 
+@dataclass
+class EnhanceConfig:
+    """The optional face enhancer (GFPGAN 1.4): loaded only when enabled."""
+
+    enabled: bool = False
+    model: str = "gfpgan_1.4"
+    every: int = 1  # run the model every k-th frame per face; re-paste its last result between
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 1, f"enhance.every must be >= 1, got {self.every}")
+
+
 ENGINES = ("auto", "dlib", "neural")
 
 
@@ -147,6 +159,7 @@ class Config:
 
     engine: str = "auto"  # auto: the neural set when its files are found, else dlib
     models: ModelsConfig = field(default_factory=ModelsConfig)
+    enhance: EnhanceConfig = field(default_factory=EnhanceConfig)
     detect: DetectConfig = field(default_factory=DetectConfig)
     track: TrackConfig = field(default_factory=TrackConfig)
     select: SelectConfig = field(default_factory=SelectConfig)

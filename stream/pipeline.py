@@ -101,6 +101,7 @@ class SwapJob:
         self.sources: list[PhotoFace] = []
         self.prepared: list[object] = []
         self.reference_embeddings: list[np.ndarray] = []
+        self.enhancer: Any = None
         self.notes: list[str] = []
 
     def open(self) -> None:
@@ -109,6 +110,16 @@ class SwapJob:
         self.engines = build_engines(cfg.engine, detect=cfg.detect, swap=cfg.swap, models=cfg.models)
         self.notes.append(self.engines.note)
         self.engines.open()
+        if cfg.enhance.enabled:  # loaded only when asked for
+            from engines.catalog import find
+            from engines.gfpgan import GfpganEnhancer
+            from engines.ort_runtime import OrtOptions
+
+            path = find(cfg.enhance.model, cfg.models.dir)
+            self.enhancer = GfpganEnhancer(path, OrtOptions(providers=cfg.models.providers),
+                                           every=cfg.enhance.every)
+            self.enhancer.open()
+            self.notes.append(f"enhancer: {path.name}, every {cfg.enhance.every} frame(s) per face")
         for path in self.source_paths:
             face = self.find_face(path, "source photo")
             self.sources.append(face)
@@ -142,8 +153,8 @@ class SwapJob:
         eng = self.engines
         tracker = Tracker(eng.detector, eng.landmarker, eng.embedder, cfg.detect, cfg.track)
         selector = Selector(cfg.select, self.reference_embeddings, eng.embedder, cfg.pipeline.max_faces)
-        workers = [AnalyseWorker(tracker, selector), SwapWorker(eng.swapper, self.prepared),
-                   CompositeWorker(eng.swapper, metrics)]
+        workers = [AnalyseWorker(tracker, selector), SwapWorker(eng.swapper, self.prepared, self.enhancer),
+                   CompositeWorker(eng.swapper, metrics, self.enhancer)]
         policy = Policy.DROP_OLDEST if live else Policy.BLOCK
         depth = cfg.pipeline.ring_depth
         h, w = shape
@@ -196,12 +207,19 @@ class SwapJob:
                              False, None)
         return self._finish(runner, output_path, {"input": str(input_path)}, staged=False)
 
+    def _calls(self) -> dict[str, int]:
+        assert self.engines is not None
+        calls = self.engines.calls()
+        if self.enhancer is not None:
+            calls["enhance"] = self.enhancer.calls
+        return calls
+
     def _finish(self, runner: Runner, output: str, extra: dict[str, Any],
                 staged: bool | None = None) -> JobResult:
         assert self.engines is not None
-        before = self.engines.calls()  # the models live as long as the job: count this run's calls
+        before = self._calls()  # the models live as long as the job: count this run's calls
         runner.run(staged=self.config.pipeline.staged if staged is None else staged)
-        calls = {kind: n - before.get(kind, 0) for kind, n in self.engines.calls().items()}
+        calls = {kind: n - before.get(kind, 0) for kind, n in self._calls().items()}
         tracker = runner.workers[0].tracker  # type: ignore[attr-defined]
         rep = runner.metrics.report(runner.rings, calls, {
             "tracks_started": tracker.tracks_started,

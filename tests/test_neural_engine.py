@@ -111,3 +111,31 @@ def test_a_batching_swapper_runs_once_per_frame(models_dir: Path, face_clip: Pat
     rep = _swap(tmp_path, face_clip, source_photo, "--engine", "neural", "--models-dir", str(folder))
     assert rep["faces_swapped"] > rep["frames_with_faces"]  # several faces a frame...
     assert rep["model_calls"]["swap"] == rep["frames_with_faces"]  # ...in one model call each
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_enhancer_runs_on_swapped_faces_at_its_cadence(models_dir: Path, face_clip: Path, source_photo: Path,
+                                                       tmp_path: Path, every: int) -> None:
+    from tests.synth_gfpgan import make_gfpgan
+
+    folder = tmp_path / "with_gfpgan"
+    folder.mkdir()
+    for f in models_dir.iterdir():
+        (folder / f.name).symlink_to(f)
+    make_gfpgan(folder / "gfpgan_1.4.onnx")
+    rep = _swap(tmp_path, face_clip, source_photo, "--engine", "dlib", "--models-dir", str(folder),
+                "--enhance", "--enhance-every", str(every))
+    calls = rep["model_calls"]
+    assert rep["faces_swapped"] > 0
+    if every == 1:
+        assert calls["enhance"] == rep["faces_swapped"]
+    else:  # the model ran on every third frame of each face; its result was re-pasted between
+        assert 0 < calls["enhance"] < rep["faces_swapped"] / 2
+
+
+def test_enhance_without_its_file_is_a_one_line_error(face_clip: Path, source_photo: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    code = main(["swap", "--enhance", "--models-dir", str(tmp_path), "--source", str(source_photo),
+                 "--input", str(face_clip), "--output", str(tmp_path / "o.mp4")])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "\n" not in err and "gfpgan_1.4.onnx" in err

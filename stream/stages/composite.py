@@ -1,6 +1,8 @@
 """The composite stage: each swapped face blended back into its frame, region by region."""
 from __future__ import annotations
 
+from typing import Any
+
 from engines.protocols import Swapper
 from stream.metrics import Metrics
 from stream.slot import Slot
@@ -11,14 +13,16 @@ class CompositeWorker:
 
     name = "composite"
 
-    def __init__(self, swapper: Swapper, metrics: Metrics) -> None:
+    def __init__(self, swapper: Swapper, metrics: Metrics, enhancer: Any = None) -> None:
         self.swapper = swapper
         self.metrics = metrics
+        # what the swap stage hands over was made by the enhancer when there is one
+        self.paster = enhancer if enhancer is not None else swapper
 
     def process(self, item: Slot, out: Slot) -> None:
         image = item.image
         for face, result in item.payload:
-            self.swapper.paste(image, face, result)
+            self.paster.paste(image, face, result)
         n = len(item.payload)
         self.metrics.faces_swapped += n
         self.metrics.frames_with_faces += 1 if n else 0
