@@ -1,0 +1,78 @@
+"""tools/cost_models.py: the cost-equivalent stand-ins have the real I/O and the estimated MACs.
+
+No benchmark here: models are built once per module, loaded (not run, except the cheap
+detector) and their MACs counted from the graph.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from tools.cost_models import ESTIMATES, build_all, count_macs
+
+CPU = ["CPUExecutionProvider"]
+# (file, inputs, outputs) as (name, shape) with symbolic dims as strings.
+IO = {
+    "det_10g.onnx": ([("input.1", [1, 3, "H", "W"])], 9),
+    "w600k_r50.onnx": ([("input.1", ["N", 3, 112, 112])], [("683", ["N", 512])]),
+    "inswapper_128.onnx": ([("target", [1, 3, 128, 128]), ("source", [1, 512])],
+                           [("output", [1, 3, 128, 128])]),
+    "2dfan4.onnx": ([("input", [1, 3, 256, 256])], [("landmarks", [1, 68, 3]), ("heatmaps", [1, 68, 64, 64])]),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_all(tmp_path_factory.mktemp("cost"))
+
+
+def _dims(shape: list[int | str | None]) -> list[int | str]:
+    return [d if isinstance(d, int) else "?" for d in shape]
+
+
+@pytest.mark.parametrize("file", list(IO))
+def test_loads_with_the_real_io(built: dict[str, Path], file: str) -> None:
+    sess = ort.InferenceSession(str(built[file]), providers=CPU)
+    inputs, outputs = IO[file]
+    assert [(i.name, _dims(i.shape)) for i in sess.get_inputs()] == [(n, _dims(s)) for n, s in inputs]
+    if isinstance(outputs, int):  # SCRFD: scores, boxes, keypoints for strides 8/16/32
+        assert [o.shape[-1] for o in sess.get_outputs()] == [1, 1, 1, 4, 4, 4, 10, 10, 10]
+    else:
+        assert [(o.name, _dims(o.shape)) for o in sess.get_outputs()] == [(n, _dims(s)) for n, s in outputs]
+
+
+def test_detector_runs_and_gives_insightface_row_counts(built: dict[str, Path]) -> None:
+    sess = ort.InferenceSession(str(built["det_10g.onnx"]), providers=CPU)
+    blob = np.random.default_rng(0).normal(size=(1, 3, 128, 160)).astype(np.float32)
+    outs = sess.run(None, {"input.1": blob})
+    rows = [(128 // s) * (160 // s) * 2 for s in (8, 16, 32)]
+    assert [o.shape[0] for o in outs] == rows * 3
+    assert all(np.isfinite(o).all() for o in outs)
+
+
+def test_inswapper_emap_is_the_last_initializer(built: dict[str, Path]) -> None:
+    model = onnx.load(str(built["inswapper_128.onnx"]), load_external_data=False)
+    emap = onnx.numpy_helper.to_array(model.graph.initializer[-1])
+    assert emap.shape == (512, 512) and emap.dtype == np.float32
+
+
+@pytest.mark.parametrize("file", list(ESTIMATES))
+def test_counted_macs_match_the_estimate(built: dict[str, Path], file: str) -> None:
+    est = ESTIMATES[file]
+    macs = count_macs(onnx.load(str(built[file])), est.input_shapes) / 1e9
+    assert abs(macs / est.gmacs - 1) <= 0.25, f"{file}: {macs:.2f} GMACs built, {est.gmacs} estimated"
+
+
+def test_counter_counts_a_known_conv() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.zeros((8, 4, 3, 3), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    assert count_macs(model, {}) == 8 * 8 * 8 * 4 * 9
