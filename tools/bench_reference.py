@@ -12,9 +12,13 @@ the same 720p clips (one face, six faces) and the same PyAV decode / libx264 enc
 The two alternate `--repeat` times and the figures are medians (the machines are noisy).
 With the real models' cost the swapper (~175 GMACs a face) dominates on a CPU, so expect
 seconds per frame: keep `--seconds` small (fractions are fine: 0.2 s = 6 frames).
-Caveat: the SCRFD stand-in's detections come from a cheap contrast head, not a face model:
-it finds several "faces" on the one-face clip (and not the same number for both sides, as
-ours tracks and caps at pipeline.max_faces), so compare the per-swap times printed too.
+Same faces on both sides: the SCRFD stand-in's own detections come from a cheap contrast
+head, not a face model, so every detection call (ours at its cadence, the reference's on
+every frame) runs the cost-equivalent SCRFD for its cost and then answers with dlib's HOG
+boxes and the five points of dlib's 68 landmarks (`--faces-from model` keeps the
+stand-in's boxes). That adds dlib's cost (~0.1 s) to each detection call on both sides,
+which the reference makes on every frame: a small handicap for the reference next to
+seconds of swapping per face.
 
     python tools/bench_reference.py --seconds 3 --repeat 1
     python tools/bench_reference.py --faces 1 --seconds 1 --landmarker 2dfan4
@@ -46,6 +50,49 @@ from stream.pipeline import SwapJob  # noqa: E402
 from tools.cost_models import build_all  # noqa: E402
 
 CPU = ["CPUExecutionProvider"]
+
+
+class DlibFaces:
+    """Real faces for the stand-in detectors: dlib HOG boxes and five points from dlib's
+    68 landmarks, as SCRFD-shaped arrays (dets (N, 5), kps (N, 5, 2))."""
+
+    def __init__(self) -> None:
+        from engines.dlib_detector import DlibHogDetector
+        from engines.dlib_landmarker import DlibLandmarker
+
+        self.det, self.lm = DlibHogDetector(1280), DlibLandmarker()
+
+    def __call__(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from engines.face_align import kps5_from_landmarks68
+        from engines.frame_views import FrameViews
+
+        frame = FrameViews(image)
+        found = self.det.forward(frame)
+        dets = np.array([[*box, score] for box, score in found], np.float32).reshape(-1, 5)
+        kps = np.array([kps5_from_landmarks68(self.lm.forward(frame, box)) for box, _ in found],
+                       np.float32).reshape(-1, 5, 2)
+        return dets, kps
+
+
+def use_dlib_faces() -> None:
+    """Make both sides' SCRFD calls pay the model's cost and answer with dlib's faces."""
+    from insightface.model_zoo.scrfd import SCRFD
+
+    from engines.scrfd import ScrfdDetector
+
+    faces = DlibFaces()
+    ours, theirs = ScrfdDetector.forward, SCRFD.detect
+
+    def ours_forward(self: Any, image: np.ndarray, *args: Any, **kwargs: Any) -> Any:
+        ours(self, image, *args, **kwargs)  # the stand-in's cost
+        return faces(image)
+
+    def theirs_detect(self: Any, image: np.ndarray, *args: Any, **kwargs: Any) -> Any:
+        theirs(self, image, *args, **kwargs)
+        return faces(image)
+
+    ScrfdDetector.forward = ours_forward  # type: ignore[method-assign]
+    SCRFD.detect = theirs_detect  # type: ignore[method-assign]
 
 
 def run_ours(config: str, models_dir: Path, source: str, clip: str, out: str) -> dict[str, Any]:
@@ -123,8 +170,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2, help="runs of each, alternating (default 2)")
     ap.add_argument("--landmarker", choices=["dlib", "2dfan4"], default="dlib",
                     help="our per-frame landmarks: dlib's predictor (default) or the 2dfan4 stand-in")
+    ap.add_argument("--faces-from", choices=["dlib", "model"], default="dlib",
+                    help="whose boxes the detection calls return (see the module doc; default dlib)")
     ap.add_argument("--json", metavar="PATH", help="also write every report as JSON")
     args = ap.parse_args()
+    if args.faces_from == "dlib":
+        use_dlib_faces()
     warnings.filterwarnings("ignore", category=FutureWarning)  # insightface 2.1 on skimage 0.26
 
     results: dict[str, Any] = {}
