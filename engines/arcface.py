@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engines.errors import EngineError, ModelNotFound
+from engines.errors import EngineError
 from engines.face import ImageBGR
 from engines.face_align import estimate_norm, kps5_from_landmarks68, warp_crop
 from engines.ort_runtime import OrtOptions, OrtRuntime, TensorSpec
@@ -78,12 +78,7 @@ class ArcFaceEmbedder:
         """Load the model and check its I/O: one input [N,3,112,112], one output [N,512]."""
         if self.runtime.session is not None:
             return
-        try:
-            self.runtime.open()
-        except ModelNotFound:
-            raise
-        except EngineError as exc:
-            raise EngineError(f"{exc}; expected an ArcFace embedder ONNX file") from exc
+        self.runtime.open_expecting("an ArcFace embedder ONNX file")
         ins, outs = self.runtime.inputs, self.runtime.outputs
         expected = f"one float input [N,3,{INPUT_SIZE},{INPUT_SIZE}] and one output [N,{EMBEDDING_DIM}]"
         found = (f"inputs {[(i.name, list(i.shape)) for i in ins]}, "

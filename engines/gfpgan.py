@@ -26,7 +26,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engines.errors import EngineError, ModelNotFound
+from engines.errors import EngineError
 from engines.face import Face, ImageBGR, SwapResult
 from engines.face_align import Affine, estimate_norm, warp_crop
 from engines.inswapper import CROP_SIZE as SWAP_CROP_SIZE
@@ -92,12 +92,7 @@ class GfpganEnhancer:
         """Load the model and check its I/O: a one-line EngineError naming the file otherwise."""
         if self.runtime.session is not None:
             return
-        try:
-            self.runtime.open()
-        except ModelNotFound:
-            raise
-        except EngineError as exc:
-            raise EngineError(f"{exc}; expected a GFPGAN 1.4 ONNX file") from exc
+        self.runtime.open_expecting("a GFPGAN 1.4 ONNX file")
         ins = {i.name: i for i in self.runtime.inputs}
         outs = {o.name: o for o in self.runtime.outputs}
         ok = (len(ins) == 1 and INPUT in ins and _spec_ok(ins[INPUT])

@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engines.errors import EngineError, ModelNotFound
+from engines.errors import EngineError
 from engines.face import Face, ImageBGR, SwapResult
 from engines.face_align import Affine, estimate_norm, kps5_from_landmarks68, warp_crop
 from engines.ort_runtime import OrtOptions, OrtRuntime, TensorSpec
@@ -63,12 +63,7 @@ class InSwapper:
         """Load the model, check its I/O and read `emap` (the graph's last initializer)."""
         if self.runtime.session is not None:
             return
-        try:
-            self.runtime.open()
-        except ModelNotFound:
-            raise
-        except EngineError as exc:
-            raise EngineError(f"{exc}; expected an inswapper_128 ONNX file") from exc
+        self.runtime.open_expecting("an inswapper_128 ONNX file")
         ins = {i.name: i for i in self.runtime.inputs}
         outs = {o.name: o for o in self.runtime.outputs}
         ok = (len(ins) == 2 and len(outs) == 1

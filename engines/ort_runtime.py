@@ -172,6 +172,16 @@ class OrtRuntime:
             out.setdefault("trt_fp16_enable", bool(opts.trt_fp16))
         return out
 
+    def open_expecting(self, what: str) -> None:
+        """`open()`, with a load failure saying which kind of model file was expected
+        (a missing file stays ModelNotFound)."""
+        try:
+            self.open()
+        except ModelNotFound:
+            raise
+        except EngineError as exc:
+            raise EngineError(f"{exc}; expected {what}") from exc
+
     def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
         """Named inputs in, named outputs out (all outputs unless `outputs` names some)."""
         if self.session is None:
