@@ -174,12 +174,8 @@ class ClassicalSwapper:
 
     def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
         """The composite stage: mask, colour transfer, blend, in place in `result.region` only."""
-        x0, y0, x1, y1 = result.region
-        roi = frame[y0:y1, x0:x1]
-        if roi.shape[:2] != result.patch.shape[:2] or result.valid.shape != result.patch.shape[:2]:
-            raise EngineError(
-                f"swap result for region {result.region} has patch {result.patch.shape[:2]} "
-                f"and valid {result.valid.shape} but the frame region is {roi.shape[:2]}")
+        x0, y0 = result.region[:2]
+        roi = result.region_of(frame)
         lm = np.asarray(face.landmarks, np.float32) - np.array([x0, y0], np.float32)
         cfg = self.config
         masks = prepare_masks(lm, result.valid, cfg.feather, cfg.keep_mouth, cfg.mouth_open)

@@ -7,6 +7,8 @@ from typing import TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from engines.errors import EngineError
+
 ImageBGR: TypeAlias = npt.NDArray[np.uint8]  # (H, W, 3), BGR, uint8
 Landmarks68: TypeAlias = npt.NDArray[np.float32]  # (68, 2), x, y in frame pixels
 Box: TypeAlias = tuple[float, float, float, float]  # x0, y0, x1, y1 in frame pixels
@@ -53,3 +55,17 @@ class SwapResult:
     region: tuple[int, int, int, int]
     patch: ImageBGR
     valid: npt.NDArray[np.uint8]
+
+    def region_of(self, frame: ImageBGR) -> ImageBGR:
+        """The view of `frame` this result covers; EngineError if the shapes disagree."""
+        x0, y0, x1, y1 = self.region
+        roi = frame[y0:y1, x0:x1]
+        if roi.shape[:2] != self.patch.shape[:2] or self.valid.shape != self.patch.shape[:2]:
+            raise EngineError(
+                f"result for region {self.region} has patch {self.patch.shape[:2]} and valid "
+                f"{self.valid.shape} but the frame region is {roi.shape[:2]}")
+        return roi
+
+    def paste_into(self, frame: ImageBGR) -> None:
+        """Copy the patch into `frame` in place, where `valid` is set, inside the region only."""
+        np.copyto(self.region_of(frame), self.patch, where=self.valid[:, :, None] > 0)

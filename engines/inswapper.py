@@ -249,13 +249,7 @@ class InSwapper:
 
     def paste(self, frame: ImageBGR, face: Face | None, result: SwapResult) -> None:
         """Write `result` into `frame` in place, inside `result.region` only (where valid)."""
-        x0, y0, x1, y1 = result.region
-        roi = frame[y0:y1, x0:x1]
-        if roi.shape[:2] != result.patch.shape[:2] or result.valid.shape != result.patch.shape[:2]:
-            raise EngineError(
-                f"swap result for region {result.region} has patch {result.patch.shape[:2]} "
-                f"and valid {result.valid.shape} but the frame region is {roi.shape[:2]}")
-        np.copyto(roi, result.patch, where=result.valid[:, :, None] > 0)
+        result.paste_into(frame)
 
 
 def _as_kps5(points: npt.NDArray[np.floating] | Face) -> npt.NDArray[np.floating]:
