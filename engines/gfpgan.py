@@ -30,7 +30,7 @@ from engines.errors import EngineError
 from engines.face import Face, ImageBGR, SwapResult
 from engines.face_align import Affine, estimate_norm, warp_crop
 from engines.inswapper import CROP_SIZE as SWAP_CROP_SIZE
-from engines.inswapper import MASK_THRESHOLD, InSwapper, _as_kps5
+from engines.inswapper import InSwapper, _as_kps5, prepare_paste_mask
 from engines.ort_runtime import OrtOptions, OrtRuntime, TensorSpec
 
 log = logging.getLogger(__name__)
@@ -208,18 +208,9 @@ class GfpganEnhancer:
         # Edge pixels replicated, not black: the blur's outer tail then fades in the crop's own
         # border colour instead of a dark seam (the mask alone decides the weights).
         fake = cv2.warpAffine(crop_bgr, IM, (rw, rh), borderMode=cv2.BORDER_REPLICATE)
-        white = np.full((size, size), 255, dtype=np.float32)
-        mask = cv2.warpAffine(white, IM, (rw, rh), borderValue=0.0)
-        mask[mask > MASK_THRESHOLD] = 255
-        rows, cols = np.where(mask == 255)
-        if rows.size == 0:
+        mask = prepare_paste_mask(IM, size, (rw, rh))
+        if mask is None:
             return None
-        mask_size = int(np.sqrt((rows.max() - rows.min()) * (cols.max() - cols.min())))
-        k = max(mask_size // 10, 10)
-        mask = cv2.erode(mask, np.ones((k, k), np.uint8), iterations=1)
-        k = max(mask_size // 20, 5)
-        mask = cv2.GaussianBlur(mask, (2 * k + 1, 2 * k + 1), 0)
-        mask /= 255
         alpha = mask.reshape(rh, rw, 1)
         roi = frame_bgr[y0:y1, x0:x1]
         # Rounded (the swapper truncates, as insightface does): a blur weight of 0.99999 must

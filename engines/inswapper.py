@@ -228,19 +228,9 @@ class InSwapper:
         IM = cv2.invertAffineTransform(M)
         IM[:, 2] -= (x0, y0)  # frame -> region coordinates
         fake = cv2.warpAffine(crop_bgr, IM, (rw, rh), borderValue=0.0)
-        white = np.full((CROP_SIZE, CROP_SIZE), 255, dtype=np.float32)
-        mask = cv2.warpAffine(white, IM, (rw, rh), borderValue=0.0)
-        mask[mask > MASK_THRESHOLD] = 255
-        rows, cols = np.where(mask == 255)
-        if rows.size == 0:
+        mask = prepare_paste_mask(IM, CROP_SIZE, (rw, rh))
+        if mask is None:
             return None  # the crop only grazes the frame: nothing insightface would keep
-        mask_size = int(np.sqrt((rows.max() - rows.min()) * (cols.max() - cols.min())))
-        # insightface's proportions: erode by a tenth of the face, blur by a twentieth.
-        k = max(mask_size // 10, 10)
-        mask = cv2.erode(mask, np.ones((k, k), np.uint8), iterations=1)
-        k = max(mask_size // 20, 5)
-        mask = cv2.GaussianBlur(mask, (2 * k + 1, 2 * k + 1), 0)
-        mask /= 255
         alpha = mask.reshape(rh, rw, 1)
         roi = frame_bgr[y0:y1, x0:x1]
         patch = (alpha * fake + (1 - alpha) * roi.astype(np.float32)).astype(np.uint8)
@@ -250,6 +240,28 @@ class InSwapper:
     def paste(self, frame: ImageBGR, face: Face | None, result: SwapResult) -> None:
         """Write `result` into `frame` in place, inside `result.region` only (where valid)."""
         result.paste_into(frame)
+
+
+def prepare_paste_mask(IM: Affine, crop_size: int, region_size: tuple[int, int]) -> np.ndarray | None:
+    """insightface's soft paste mask for a square crop warped by `IM` into a region.
+
+    The warped white square is thresholded, eroded by a tenth of the face's size and
+    blurred by a twentieth, then scaled to 0..1 (float32, region-sized). None when no
+    pixel of the crop is fully inside the region.
+    """
+    white = np.full((crop_size, crop_size), 255, dtype=np.float32)
+    mask = cv2.warpAffine(white, IM, region_size, borderValue=0.0)
+    mask[mask > MASK_THRESHOLD] = 255
+    rows, cols = np.where(mask == 255)
+    if rows.size == 0:
+        return None
+    mask_size = int(np.sqrt((rows.max() - rows.min()) * (cols.max() - cols.min())))
+    k = max(mask_size // 10, 10)
+    mask = cv2.erode(mask, np.ones((k, k), np.uint8), iterations=1)
+    k = max(mask_size // 20, 5)
+    mask = cv2.GaussianBlur(mask, (2 * k + 1, 2 * k + 1), 0)
+    mask /= 255
+    return mask
 
 
 def _as_kps5(points: npt.NDArray[np.floating] | Face) -> npt.NDArray[np.floating]:
