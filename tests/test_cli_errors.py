@@ -1,7 +1,6 @@
 """Bad input through the real command: one line, non-zero exit, no traceback, nothing lost."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -168,15 +167,15 @@ def test_corruption_mid_stream_stops_with_a_playable_output(tmp_path: Path, sour
     make_clip(clip, window_frame, 60, audio=False, options=None)
     data = bytearray(clip.read_bytes())
     mid = len(data) // 2
-    data[mid:mid + 20000] = os.urandom(20000)  # garbage over the middle of the stream
+    data[mid:mid + 20000] = np.random.default_rng(11).bytes(20000)  # garbage mid-stream
     clip.write_bytes(bytes(data))
     out = tmp_path / "out.mp4"
-    res = facestream("swap", "--source", str(source_photo), "--input", str(clip), "--output", str(out))
-    if res.returncode == 0:  # FFmpeg may conceal the damage and carry on: then it is whole
-        assert probe(out)["frames"] > 0
-    else:
-        assert_one_line_error(res, str(clip))
-        assert probe(out)["frames"] > 0
+    res = facestream("swap", "--source", str(source_photo), "--input", str(clip), "--output", str(out),
+                     "-q")  # no progress lines: stderr holds the error alone
+    # mkv has no frame count: the demuxer just stops at the damage, and only the missing
+    # frames (against duration x rate) tell that the input was cut short
+    assert_one_line_error(res, str(clip), "ends early")
+    assert 0 < probe(out)["frames"] < 60  # what was decoded is written and plays
 
 
 def test_ctrl_c_finalises_the_output(tmp_path: Path, source_photo: Path) -> None:

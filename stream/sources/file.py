@@ -137,11 +137,16 @@ class FileSource:
         return True
 
     def _check_complete(self) -> None:
-        expected = self._stream.frames if self._stream is not None else 0
-        # Edit lists and a dropped corrupt frame can cost a frame or two; more than that
-        # is a file cut short. Not raised here: the frames already read still get
-        # processed and written; the job reports `shortfall` once the output is final.
-        if expected and self.frames_read < expected - max(2, expected // 50):
+        # Containers with an exact frame count (mp4, mov): edit lists and a dropped corrupt
+        # frame can cost a frame or two; more than that is a file cut short. Containers
+        # without one (mkv, webm) give duration x rate, an estimate that VFR timing can
+        # miss by a little: a tenth short counts as cut. Not raised here: the frames read
+        # still get processed and written; the job reports `shortfall` once the output
+        # is final.
+        exact = self._stream.frames if self._stream is not None else 0
+        expected = exact or (self.info.frames if self.info is not None else 0)
+        slack = max(2, expected // 50) if exact else max(2, expected // 10)
+        if expected and self.frames_read < expected - slack:
             self.shortfall = (
                 f"input {str(self.path)!r} ends early: {self.frames_read} of {expected} frames "
                 "decoded (truncated or damaged file)"
