@@ -30,8 +30,9 @@ from engines.errors import EngineError
 from engines.face import Face, ImageBGR, SwapResult
 from engines.face_align import Affine, estimate_norm, warp_crop
 from engines.inswapper import CROP_SIZE as SWAP_CROP_SIZE
-from engines.inswapper import InSwapper, _as_kps5, prepare_paste_mask
+from engines.inswapper import InSwapper, _as_kps5, _white, prepare_paste_mask
 from engines.ort_runtime import OrtOptions, OrtRuntime, TensorSpec
+from engines.region_warp import warp_affine_region
 
 log = logging.getLogger(__name__)
 
@@ -204,11 +205,11 @@ class GfpganEnhancer:
         x0, y0, x1, y1 = region
         rw, rh = x1 - x0, y1 - y0
         IM = cv2.invertAffineTransform(M)
+        mask = prepare_paste_mask(warp_affine_region(IM, region, [(_white(size), 0.0)])[0])
         IM[:, 2] -= (x0, y0)  # frame -> region coordinates
         # Edge pixels replicated, not black: the blur's outer tail then fades in the crop's own
         # border colour instead of a dark seam (the mask alone decides the weights).
         fake = cv2.warpAffine(crop_bgr, IM, (rw, rh), borderMode=cv2.BORDER_REPLICATE)
-        mask = prepare_paste_mask(IM, size, (rw, rh))
         if mask is None:
             return None
         alpha = mask.reshape(rh, rw, 1)

@@ -9,6 +9,7 @@ every pixel insightface's full-frame version changes lies inside it.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -23,6 +24,7 @@ from engines.errors import EngineError
 from engines.face import Face, ImageBGR, SwapResult
 from engines.face_align import Affine, estimate_norm, kps5_from_landmarks68, warp_crop
 from engines.ort_runtime import OrtOptions, OrtRuntime, TensorSpec
+from engines.region_warp import warp_affine_region
 
 log = logging.getLogger(__name__)
 
@@ -226,9 +228,10 @@ class InSwapper:
         x0, y0, x1, y1 = region
         rw, rh = x1 - x0, y1 - y0
         IM = cv2.invertAffineTransform(M)
-        IM[:, 2] -= (x0, y0)  # frame -> region coordinates
-        fake = cv2.warpAffine(crop_bgr, IM, (rw, rh), borderValue=0.0)
-        mask = prepare_paste_mask(IM, CROP_SIZE, (rw, rh))
+        # The full-frame warp's own sample coordinates, for the region's pixels only: the
+        # result equals insightface's full-frame paste restricted to the region.
+        fake, white = warp_affine_region(IM, region, [(crop_bgr, 0.0), (_white(CROP_SIZE), 0.0)])
+        mask = prepare_paste_mask(white)
         if mask is None:
             return None  # the crop only grazes the frame: nothing insightface would keep
         alpha = mask.reshape(rh, rw, 1)
@@ -242,15 +245,21 @@ class InSwapper:
         result.paste_into(frame)
 
 
-def prepare_paste_mask(IM: Affine, crop_size: int, region_size: tuple[int, int]) -> np.ndarray | None:
-    """insightface's soft paste mask for a square crop warped by `IM` into a region.
+@functools.lru_cache(maxsize=8)
+def _white(size: int) -> np.ndarray:
+    white = np.full((size, size), 255, dtype=np.float32)
+    white.flags.writeable = False  # shared: only ever a warp's source
+    return white
+
+
+def prepare_paste_mask(mask: np.ndarray) -> np.ndarray | None:
+    """insightface's soft paste mask from its warped white square (`_white` put through the
+    face's paste warp; float32, region-sized, modified in place).
 
     The warped white square is thresholded, eroded by a tenth of the face's size and
     blurred by a twentieth, then scaled to 0..1 (float32, region-sized). None when no
     pixel of the crop is fully inside the region.
     """
-    white = np.full((crop_size, crop_size), 255, dtype=np.float32)
-    mask = cv2.warpAffine(white, IM, region_size, borderValue=0.0)
     mask[mask > MASK_THRESHOLD] = 255
     rows, cols = np.where(mask == 255)
     if rows.size == 0:
