@@ -8,11 +8,11 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
-import cv2
 import numpy as np
 
 from stream.config import EncodeConfig
 from stream.errors import SinkError, SourceError, reason_of
+from stream.sinks.yuv import YuvFramer
 from stream.slot import Slot
 from stream.video_info import VideoInfo
 
@@ -102,8 +102,7 @@ class FileSink:
         self._output: av.container.OutputContainer | None = None
         self._video: av.VideoStream | None = None
         self._audio: _AudioCopy | None = None
-        self._frame: av.VideoFrame | None = None
-        self._i420: np.ndarray | None = None
+        self._framer: YuvFramer | None = None
         self._time_base = info.time_base
         # Packets wait (in decode order) until the pts of the frame after theirs is known,
         # so each gets its true duration: mp4 ends the track at max(pts + duration), and
@@ -173,11 +172,7 @@ class FileSink:
             self._audio = _AudioCopy(self.audio_from, output)
             if self._audio.stream is None:
                 log.info("%s has no audio stream; the output has none", self.audio_from)
-        if info.width % 2 == 0 and info.height % 2 == 0:
-            # Reused for every frame: cv2 writes I420 here, then the planes are copied
-            # into one reused VideoFrame.
-            self._i420 = np.empty((info.height * 3 // 2, info.width), np.uint8)
-            self._frame = av.VideoFrame(info.width, info.height, "yuv420p")
+        self._framer = YuvFramer(info.width, info.height)
 
     def write(self, slot: Slot) -> None:
         """Encode `slot.image` (H, W, 3 uint8 BGR) with pts `slot.pts` in `slot.time_base`."""
@@ -217,22 +212,8 @@ class FileSink:
         return round(slot.pts * slot.time_base / self._time_base)
 
     def _to_frame(self, image: np.ndarray) -> av.VideoFrame:
-        if self._frame is None or self._i420 is None:  # odd sizes: swscale does it
-            return av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
-        cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420, dst=self._i420)
-        frame = self._frame
-        # The encoder may still hold a reference to last frame's buffers; make_writable
-        # then gives this frame fresh ones instead of overwriting those.
-        frame.make_writable()
-        height, width = self.info.height, self.info.width
-        flat = self._i420.reshape(-1)
-        offset = 0
-        for plane, (w, h) in zip(frame.planes, ((width, height), (width // 2, height // 2),
-                                                 (width // 2, height // 2))):
-            dst = np.frombuffer(plane, np.uint8)[: plane.line_size * h].reshape(h, plane.line_size)
-            np.copyto(dst[:, :w], flat[offset:offset + w * h].reshape(h, w))
-            offset += w * h
-        return frame
+        assert self._framer is not None
+        return self._framer(image)
 
     def _mux_video(self, packet: av.Packet) -> None:
         self._waiting.append(packet)
