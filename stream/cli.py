@@ -85,6 +85,33 @@ def build_parser() -> argparse.ArgumentParser:
                       help="folder for the demo files (default: ./facestream-demo)")
     demo.add_argument("--seconds", type=float, default=10.0, help="length of the demo clip (default 10)")
     _add_run_options(demo)
+    live = sub.add_parser(
+        "live", help="swap faces in a live stream: webcam or RTSP in; virtual camera, RTSP or a window out",
+        description="Runs the pipeline on a live INPUT with latest-frame semantics (a slow stage "
+                    "drops the oldest frames instead of queueing them) and sends the result to "
+                    "OUTPUT. Prints fps in/out, drops and capture-to-sink latency every second and "
+                    "a summary at the end. Ctrl-C stops cleanly.",
+        epilog="examples:\n"
+               "  facestream live --source face.jpg --input webcam:0 --output vcam\n"
+               "  facestream live --source face.jpg --input rtsp://cam/stream --output rtsp://server/swapped\n"
+               "  facestream live --source face.jpg --input webcam:0 --output preview --record session.mp4",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    live.add_argument("--source", action="append", default=[], metavar="PHOTO",
+                      help="photo of the face to put in (its largest face is used)")
+    live.add_argument("--input", "-i", required=True, metavar="INPUT",
+                      help="webcam:N (or webcam:/dev/videoN), rtsp://..., or a video file played in real time")
+    live.add_argument("--output", "-o", default="preview", metavar="OUTPUT",
+                      help="vcam (virtual camera), rtsp://server/path (publish), preview (a window; "
+                           "default), or a file")
+    live.add_argument("--record", metavar="FILE", help="also write the swapped stream to FILE (.mp4, .mkv)")
+    live.add_argument("--size", metavar="WxH", help="webcam: ask for this picture size (e.g. 1280x720)")
+    live.add_argument("--fps", type=float, help="webcam: ask for this frame rate")
+    live.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this many seconds")
+    live.add_argument("--open-timeout", type=float, default=10.0, metavar="SECONDS",
+                      help="rtsp: give up connecting after this long (default 10)")
+    live.add_argument("--vcam-device", metavar="DEVICE", help="virtual camera device (e.g. /dev/video10)")
+    live.add_argument("--vcam-backend", metavar="NAME", help="pyvirtualcam backend (default: the platform's)")
+    _add_run_options(live)
     models = sub.add_parser(
         "models", help="list the standard model files (found or missing), or fetch one",
         description="Lists each model of the catalog with the file that was found, or where to put "
@@ -186,6 +213,62 @@ def cmd_swap(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_live(args: argparse.Namespace) -> int:
+    from stream.live import LiveSink, open_sink, open_source, record_sink
+
+    config = _config_from(args)
+    width = height = None
+    if args.size:
+        w, sep, h = args.size.lower().partition("x")
+        if not sep or not w.isdigit() or not h.isdigit():
+            raise CliError(f"--size {args.size!r} must look like WIDTHxHEIGHT, e.g. 1280x720")
+        width, height = int(w), int(h)
+    if args.record and args.output == args.record:
+        raise CliError(f"--record {args.record!r} is also the --output")
+    job = _job_for(config, args.source)
+    source = open_source(args.input, width, height, args.fps, open_timeout=args.open_timeout)
+    info = source.open()
+    try:
+        job.open()
+        sinks = [open_sink(args.output, info, config, args.vcam_backend, args.vcam_device)]
+        if args.record:
+            sinks.append(record_sink(args.record, info, config))
+    except BaseException:
+        source.close()
+        raise
+    live_sink = LiveSink(sinks)
+    try:
+        live_sink.open()
+    except BaseException:
+        source.close()
+        raise
+    for note in job.notes:
+        print(f"note: {note}")
+    job.notes.clear()
+    names = " + ".join(getattr(s, "name", str(getattr(s, "path", s))) for s in sinks)
+    print(f"live: {getattr(source, 'name', args.input)} {info.width}x{info.height} -> {names}"
+          " (Ctrl-C to stop)", file=sys.stderr)
+
+    def status(line: str) -> None:
+        print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
+
+    result = job.run_live(source, live_sink, args.output,
+                          status=None if args.quiet else status, duration=args.duration)
+    if not args.quiet:
+        print(file=sys.stderr)
+    _summarise(result, args)
+    if not args.quiet:
+        live = result.report["live"]
+        inp = result.report["input"]
+        print(f"live: {result.report['frames_in']} frames in, {result.report['frames']} out, "
+              f"{result.report['drops']} dropped; input measured at {inp.get('measured_fps', 0):.1f} fps; "
+              f"detection every {live['detect_every_base']}-{live['detect_every_max']} frames"
+              + (f"; {live['stopped']}" if live["stopped"] else ""))
+    if args.record:
+        print(f"recorded {args.record}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from stream.demo import run_demo
 
@@ -228,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models}
-    output = getattr(args, "output", None)
+    handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live}
+    output = getattr(args, "record", None) if args.command == "live" else getattr(args, "output", None)
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

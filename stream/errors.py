@@ -26,6 +26,11 @@ class PipelineAborted(StreamError):
     """A ring was aborted because some stage failed or the user interrupted the run."""
 
 
+class StopRequested(StreamError):
+    """A stage (e.g. a preview window being closed) or the user asks the whole run to stop
+    now. Not an error: the run ends as if its input had."""
+
+
 def reason_of(exc: BaseException) -> str:
     """The short reason of an OS or FFmpeg error, for a one-line message.
 

@@ -44,6 +44,7 @@ class Metrics:
     def __init__(self) -> None:
         self.stages: dict[str, Samples] = {}
         self.latency = Samples()
+        self.frames_in = 0  # read from the source (live: including frames dropped at once)
         self.frames_out = 0
         self.faces_swapped = 0
         self.frames_with_faces = 0
@@ -71,6 +72,7 @@ class Metrics:
         elapsed = self.elapsed
         out: dict[str, Any] = {
             "frames": self.frames_out,
+            "frames_in": self.frames_in,
             "elapsed_s": round(elapsed, 3),
             "fps": round(self.frames_out / elapsed, 2) if elapsed > 0 else 0.0,
             "faces_swapped": self.faces_swapped,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -199,6 +200,48 @@ class SwapJob:
             raise SourceError(source.shortfall)
         return result
 
+    def run_live(self, source: Any, sink: Any, output_name: str,
+                 status: Callable[[str], None] | None = None,
+                 duration: float | None = None) -> JobResult:
+        """A live run: `source` (opened) through drop-oldest rings to `sink` (a LiveSink,
+        opened here), until the source ends, `duration` seconds pass, a sink asks to stop,
+        or Ctrl-C. Detection cadence adapts to load; `status` gets a line every second."""
+        from stream.live import AdaptiveCadence, StatusLine
+
+        info = source.info
+        sink.open()
+        metrics = Metrics()
+        try:
+            runner = self._build((info.height, info.width), source, sink, metrics, True, None)
+        except BaseException:
+            sink.close()
+            source.close()
+            raise
+        sink.cadence = cadence = AdaptiveCadence(runner, self.config.detect.every)
+        line = StatusLine(runner, status) if status is not None else None
+        timer = threading.Timer(duration, runner.stop, args=("duration reached",)) if duration else None
+        if line is not None:
+            line.start()
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        restore = _stop_on_ctrl_c(runner)
+        try:
+            extra = {"input": source.describe() if hasattr(source, "describe") else str(source),
+                     "video": {"width": info.width, "height": info.height, "fps": float(info.rate)}}
+            result = self._finish(runner, output_name, extra)
+        finally:
+            restore()
+            if timer is not None:
+                timer.cancel()
+            if line is not None:
+                line.stop()
+        result.report["live"] = {"detect_every_base": cadence.base, "detect_every_max": cadence.highest,
+                                 "cadence_changes": cadence.changes, "stopped": runner.stopped}
+        if hasattr(source, "describe"):
+            result.report["input"] = source.describe()
+        return result
+
     def run_image(self, input_path: str, output_path: str) -> JobResult:
         image = read_image(input_path)
         metrics = Metrics()
@@ -230,3 +273,21 @@ class SwapJob:
         if rep["frames_with_faces"] == 0:
             notes.append("no target faces found: the input passed through unchanged")
         return JobResult(rep, Path(output), notes)
+
+
+def _stop_on_ctrl_c(runner: Runner) -> Callable[[], None]:
+    """In a live run Ctrl-C is how a user ends it: the first one stops the run cleanly
+    (summary, exit 0), a second one interrupts at once. Returns the undo."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: Any) -> None:
+        if runner.stopped:
+            raise KeyboardInterrupt
+        runner.stop("stopped by Ctrl-C")
+
+    signal.signal(signal.SIGINT, handler)
+    return lambda: signal.signal(signal.SIGINT, previous)

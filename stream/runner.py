@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from stream.errors import EndOfStream, PipelineAborted
+from stream.errors import EndOfStream, PipelineAborted, StopRequested
 from stream.metrics import Metrics
 from stream.ring import Ring
 from stream.slot import Slot
@@ -84,6 +84,7 @@ class Runner:
         self.metrics = metrics or Metrics()
         self.on_frame = on_frame
         self.error: BaseException | None = None
+        self.stopped: str | None = None
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._scratch: Slot | None = None
@@ -107,6 +108,7 @@ class Runner:
         slot = self.frames.acquire()
         if slot is None:  # drop_oldest with every frame held downstream: read it, drop it
             if self.source.read_into(self._scratch_slot()):
+                self.metrics.frames_in += 1  # counted as a drop by ring A
                 return True
             self.frames.close()
             return False
@@ -117,6 +119,7 @@ class Runner:
             self.frames.close()
             return False
         self._decode_t.add(time.perf_counter() - t0)
+        self.metrics.frames_in += 1
         self.frames.publish(slot)
         return True
 
@@ -162,8 +165,17 @@ class Runner:
             body()
         except (EndOfStream, PipelineAborted):
             pass
+        except StopRequested as exc:
+            self.stop(str(exc))
         except BaseException as exc:  # the run's error: keep it, stop every stage
             self._fail(name, exc)
+
+    def stop(self, why: str = "stop requested") -> None:
+        """End the run now, from any thread: every stage stops, nothing is an error."""
+        self.stopped = why
+        stop = StopRequested(why)
+        for ring in self.rings:
+            ring.abort(stop)
 
     def _fail(self, name: str, exc: BaseException) -> None:
         with self._lock:

@@ -109,6 +109,8 @@ class Tracker:
         self._next_id = 0
         self._last_detect = -(10**9)
         self._force_detect = True
+        # Frames between scheduled detections: detect.every, raised by a live run under load.
+        self.detect_every = detect.every
 
 
     @property
@@ -124,7 +126,7 @@ class Tracker:
         A track that missed its last detection is still followed (a detector can miss a
         face once) but not returned until a detection confirms it: on a scene cut the old
         faces must not be swapped onto whatever is now where they were."""
-        due = seq - self._last_detect >= self.detect_cfg.every
+        due = seq - self._last_detect >= self.detect_every
         if due or self._force_detect:
             self._force_detect = False  # before: the detection itself may ask for another
             self._detect(frame, seq)

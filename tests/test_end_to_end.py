@@ -10,31 +10,15 @@ import cv2
 import numpy as np
 import pytest
 
-from engines.dlib_detector import DlibHogDetector
-from engines.dlib_embedder import DlibEmbedder
-from engines.dlib_landmarker import DlibLandmarker
-from engines.frame_views import FrameViews
 from stream.cli import main
 from tests.conftest import BLANK_FRAMES, CLIP_FRAMES, FACE_FRAMES, window_frame
+from tests.identity import Identity
 from tests.media import probe
 
 
 def decode_all(path: Path) -> list[np.ndarray]:
     with av.open(str(path)) as c:
         return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
-
-
-class Identity:
-    """dlib's embedding of each face found in a picture, by the same models the swap uses."""
-
-    def __init__(self) -> None:
-        self.det, self.lm, self.emb = DlibHogDetector(2048), DlibLandmarker(), DlibEmbedder()
-
-    def boxes(self, image: np.ndarray) -> list[tuple[float, float, float, float]]:
-        return [b for b, _ in self.det.forward(FrameViews(image))]
-
-    def embed(self, image: np.ndarray, box) -> np.ndarray:
-        return self.emb.forward(image, self.lm.forward(FrameViews(image), box))
 
 
 @pytest.fixture(scope="module")
