@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-deps bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,20 @@ demo: $(STAMP)
 	$(BIN)/facestream demo
 
 test: $(STAMP)
+	-@$(MAKE) --no-print-directory test-deps || echo "note: RTSP server packages not installed; the live RTSP tests will be skipped"
 	$(BIN)/python -m pytest -q
+
+# System packages the live tests need (a real RTSP server); Debian/Ubuntu, as root or with sudo.
+SYSTEM_TEST_PACKAGES := python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base \
+	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+test-deps:
+	@if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0')" 2>/dev/null; then \
+		echo "test servers: installed"; \
+	else \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(SYSTEM_TEST_PACKAGES); \
+	fi
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py
