@@ -19,3 +19,14 @@ def test_bench_prints_both_modes_and_the_ratio(tmp_path: Path) -> None:
     runs = json.loads(out.read_text())["one face"]
     assert runs["staged"][0]["frames"] == runs["serial"][0]["frames"] == 15
     assert runs["staged"][0]["faces_swapped"] == runs["serial"][0]["faces_swapped"] > 0
+
+
+def test_bench_live_prints_latency_and_the_target(tmp_path: Path) -> None:
+    out = tmp_path / "live.json"
+    res = subprocess.run([sys.executable, "tools/bench_live.py", "--faces", "1", "--seconds", "1",
+                          "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "one face: in" in res.stdout and "latency p50" in res.stdout and "target p95" in res.stdout
+    rep = json.loads(out.read_text())["one face"]
+    assert rep["frames_in"] == 30
+    assert rep["frames"] + rep["drops"] >= 29 and rep["faces_swapped"] > 0
