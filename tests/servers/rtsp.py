@@ -89,7 +89,8 @@ class Publisher(threading.Thread):
                 stream = out.add_stream("libx264", rate=self.fps)
                 stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
                 stream.time_base = Fraction(1, 90000)
-                stream.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(self.fps), "bf": "0"}
+                stream.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(self.fps), "bf": "0",
+                                  "crf": "18"}
                 t0 = time.monotonic()
                 n = 0
                 while not self.stop_event.is_set():
