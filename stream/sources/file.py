@@ -154,21 +154,8 @@ class FileSource:
             log.info("%s", self.shortfall)
 
     def _convert(self, frame: av.VideoFrame, image: np.ndarray) -> None:
-        """YUV -> BGR into `image` without allocating a frame-sized array when we can."""
-        if (
-            self._i420 is not None
-            and frame.format.name == "yuv420p"
-            and frame.width == self.info.width  # type: ignore[union-attr]
-            and frame.height == self.info.height  # type: ignore[union-attr]
-            and frame.colorspace in _BT601
-            and frame.color_range != _FULL_RANGE
-        ):
-            copy_yuv420p_planes(frame, self._i420)
-            cv2.cvtColor(self._i420, cv2.COLOR_YUV2BGR_I420, dst=image)
+        if convert_into(frame, image, self._i420):
             self._fast_frames += 1
-            return
-        # Other formats (10-bit, 4:2:2, BT.709, odd sizes): swscale builds a new array, copied in.
-        np.copyto(image, frame.to_ndarray(format="bgr24", width=image.shape[1], height=image.shape[0]))
 
     def close(self) -> None:
         """Release the file; safe to call more than once."""
@@ -202,3 +189,27 @@ def copy_yuv420p_planes(frame: av.VideoFrame, i420: np.ndarray) -> None:
         src = np.frombuffer(plane, np.uint8)[: plane.line_size * h].reshape(h, plane.line_size)
         np.copyto(flat[offset:offset + w * h].reshape(h, w), src[:, :w])
         offset += w * h
+
+
+def convert_into(frame: av.VideoFrame, image: np.ndarray, i420: np.ndarray | None) -> bool:
+    """Decoded frame -> BGR into `image`, without a frame-sized allocation when we can.
+
+    BT.601 limited-range yuv420p of the picture's size goes through `i420` (a reused
+    (H*3/2, W) buffer) and cv2; anything else (10-bit, 4:2:2, BT.709, another size)
+    through swscale, scaled to the picture's size. True when the fast path was taken.
+    """
+    h, w = image.shape[:2]
+    if (
+        i420 is not None
+        and i420.shape == (h * 3 // 2, w)
+        and frame.format.name == "yuv420p"
+        and frame.width == w
+        and frame.height == h
+        and frame.colorspace in _BT601
+        and frame.color_range != _FULL_RANGE
+    ):
+        copy_yuv420p_planes(frame, i420)
+        cv2.cvtColor(i420, cv2.COLOR_YUV2BGR_I420, dst=image)
+        return True
+    np.copyto(image, frame.to_ndarray(format="bgr24", width=w, height=h))
+    return False

@@ -18,6 +18,7 @@ import numpy as np
 
 from stream.errors import SourceError, reason_of
 from stream.slot import Slot
+from stream.sources.file import convert_into
 from stream.video_info import VideoInfo
 
 log = logging.getLogger(__name__)
@@ -215,6 +216,7 @@ class RtspSource:
         self._container: av.container.InputContainer | None = None
         self._frames = None
         self._pending: av.VideoFrame | None = None
+        self._i420: np.ndarray | None = None  # reused for the YUV -> BGR conversion
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -267,8 +269,6 @@ class RtspSource:
                 self._disconnect()
                 if self._stop.wait(min(delay, max(deadline - time.monotonic(), 0))):
                     break
-        else:  # pragma: no cover - the loop always breaks
-            pass
         if self._frames is None:
             raise self._error(f"cannot connect within {self.open_timeout:.0f} s ({last})")
         self._pending = first
@@ -325,8 +325,9 @@ class RtspSource:
                         return False
                     continue
             image = slot.buffers["image"]
-            picture = frame.to_ndarray(format="bgr24")
-            _fit(picture, image)
+            if self._i420 is None or self._i420.shape != (image.shape[0] * 3 // 2, image.shape[1]):
+                self._i420 = np.empty((image.shape[0] * 3 // 2, image.shape[1]), np.uint8)
+            convert_into(frame, image, self._i420)  # scales a stream that changed size
             self.clock.stamp(slot)
             return True
 
