@@ -136,3 +136,19 @@ def make_demo_clip(path: str | Path, seconds: float = 10.0, fps: int = 30,
     """The demo target: six faces from t1.jpg, panned and zoomed, with a soft tone."""
     n = max(1, int(round(seconds * fps)))
     return write_clip(path, pan_zoom_frames(group_picture(), n, size), fps=fps)
+
+
+def bench_clips(folder: str | Path, faces: str, seconds: float,
+                seconds_six: float | None = None) -> list[tuple[str, str]]:
+    """The benchmarks' 720p clips, written into `folder`: ("one face", path) when `faces`
+    is "1" or "both", ("six faces", path) when "6" or "both" (`seconds_six` long, if given)."""
+    clips = []
+    if faces in ("1", "both"):
+        path = str(Path(folder) / "one.mp4")
+        make_single_face_clip(path, seconds)
+        clips.append(("one face", path))
+    if faces in ("6", "both"):
+        path = str(Path(folder) / "six.mp4")
+        make_demo_clip(path, seconds_six or seconds)
+        clips.append(("six faces", path))
+    return clips

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import cv2  # noqa: E402
 
 from stream.config import load_config  # noqa: E402
-from stream.demo_media import astronaut, make_demo_clip, make_single_face_clip  # noqa: E402
+from stream.demo_media import astronaut, bench_clips  # noqa: E402
 from stream.pipeline import SwapJob  # noqa: E402
 
 
@@ -54,15 +54,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fs-bench-") as tmp:
         source = str(Path(tmp) / "source.png")
         cv2.imwrite(source, astronaut())
-        clips = []
-        if args.faces in ("6", "both"):
-            path = str(Path(tmp) / "six.mp4")
-            make_demo_clip(path, args.seconds)
-            clips.append(("six faces", path))
-        if args.faces in ("1", "both"):
-            path = str(Path(tmp) / "one.mp4")
-            make_single_face_clip(path, args.seconds)
-            clips.append(("one face", path))
+        clips = bench_clips(tmp, args.faces, args.seconds)[::-1]  # six faces first
         print(f"preset {args.config} {' '.join(args.overrides)}; 1280x720 30 fps, {args.seconds:g} s clips")
         for label, clip in clips:
             runs: dict[str, list[dict]] = {"staged": [], "serial": []}

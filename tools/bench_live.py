@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import pyvirtualcam  # noqa: E402
 
 from stream.config import load_config  # noqa: E402
-from stream.demo_media import astronaut, make_demo_clip, make_single_face_clip  # noqa: E402
+from stream.demo_media import astronaut, bench_clips  # noqa: E402
 from stream.live import LiveSink, open_source  # noqa: E402
 from stream.pipeline import SwapJob  # noqa: E402
 from stream.sinks.live import VirtualCameraSink  # noqa: E402
@@ -72,15 +72,7 @@ def main() -> int:
         cv2.imwrite(source, astronaut())
         job = SwapJob(load_config(args.config, []), [source])
         job.open()
-        clips = []
-        if args.faces in ("1", "both"):
-            path = str(Path(tmp) / "one.mp4")
-            make_single_face_clip(path, args.seconds)
-            clips.append(("one face", path))
-        if args.faces in ("6", "both"):
-            path = str(Path(tmp) / "six.mp4")
-            make_demo_clip(path, args.seconds)
-            clips.append(("six faces", path))
+        clips = bench_clips(tmp, args.faces, args.seconds)
         print(f"1280x720 30 fps clip paced in real time -> virtual camera (discarding); preset {args.config}")
         for name, clip in clips:
             rep = run(job, clip)

@@ -45,7 +45,7 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from stream.config import load_config  # noqa: E402
-from stream.demo_media import astronaut, make_demo_clip, make_single_face_clip  # noqa: E402
+from stream.demo_media import astronaut, bench_clips  # noqa: E402
 from stream.pipeline import SwapJob  # noqa: E402
 from tools.cost_models import build_all  # noqa: E402
 
@@ -190,15 +190,7 @@ def main() -> int:
         source = str(Path(tmp) / "source.png")
         src_bgr = astronaut()
         cv2.imwrite(source, src_bgr)
-        clips = []
-        if args.faces in ("1", "both"):
-            path = str(Path(tmp) / "one.mp4")
-            make_single_face_clip(path, args.seconds)
-            clips.append(("one face", path))
-        if args.faces in ("6", "both"):
-            path = str(Path(tmp) / "six.mp4")
-            make_demo_clip(path, args.seconds_six or args.seconds)
-            clips.append(("six faces", path))
+        clips = bench_clips(tmp, args.faces, args.seconds, args.seconds_six)
         cfg = load_config(args.config, [])
         ref = Reference(models, src_bgr)
         print(f"ours: preset {args.config}, staged, engine=neural, landmarks {args.landmarker}; "
