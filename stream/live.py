@@ -76,9 +76,10 @@ class AdaptiveCadence:
 
 
 class StatusLine:
-    """Once a second: fps in and out, drops, latency p50/p95 of the last second."""
+    """Once a second: fps in and out, drops, latency p50/p95 of the last second. `emit`
+    gets the figures as a dict (see `figures`); `format_status` makes the line of them."""
 
-    def __init__(self, runner: Runner, emit: Callable[[str], None], period: float = 1.0) -> None:
+    def __init__(self, runner: Runner, emit: Callable[[dict[str, Any]], None], period: float = 1.0) -> None:
         self.runner = runner
         self.emit = emit
         self.period = period
@@ -93,25 +94,41 @@ class StatusLine:
         self._stop.set()
         self._thread.join(2.0)
 
-    def line(self) -> str:
+    def figures(self) -> dict[str, Any]:
+        """The figures since the last call: fps in/out, drops so far, latency p50/p95 (ms,
+        None without frames), faces swapped so far, the detection cadence."""
         m = self.runner.metrics
         now = time.monotonic()
         t, fin, fout, nlat = self._last
         dt = max(now - t, 1e-6)
         lat = m.latency.values[nlat:]
         self._last = (now, m.frames_in, m.frames_out, len(m.latency.values))
-        drops = sum(r.drops for r in self.runner.rings)
+        p50 = p95 = None
         if lat:
-            p50, p95 = (float(np.percentile(np.asarray(lat) * 1000, q)) for q in (50, 95))
-            latency = f"latency p50 {p50:.0f} ms p95 {p95:.0f} ms"
-        else:
-            latency = "latency -"
-        return (f"in {(m.frames_in - fin) / dt:5.1f} fps  out {(m.frames_out - fout) / dt:5.1f} fps  "
-                f"drops {drops}  {latency}  faces {m.faces_swapped}")
+            p50, p95 = (round(float(np.percentile(np.asarray(lat) * 1000, q)), 1) for q in (50, 95))
+        tracker = getattr(self.runner.workers[0], "tracker", None) if self.runner.workers else None
+        return {"fps_in": round((m.frames_in - fin) / dt, 2), "fps_out": round((m.frames_out - fout) / dt, 2),
+                "frames_in": m.frames_in, "frames_out": m.frames_out,
+                "drops": sum(r.drops for r in self.runner.rings), "latency_p50_ms": p50,
+                "latency_p95_ms": p95, "faces": m.faces_swapped,
+                "detect_every": getattr(tracker, "detect_every", None)}
+
+    def line(self) -> str:
+        return format_status(self.figures())
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period):
-            self.emit(self.line())
+            self.emit(self.figures())
+
+
+def format_status(f: dict[str, Any]) -> str:
+    """The one-line status of a live run's figures (StatusLine.figures)."""
+    if f.get("latency_p50_ms") is not None:
+        latency = f"latency p50 {f['latency_p50_ms']:.0f} ms p95 {f['latency_p95_ms']:.0f} ms"
+    else:
+        latency = "latency -"
+    return (f"in {f['fps_in']:5.1f} fps  out {f['fps_out']:5.1f} fps  "
+            f"drops {f['drops']}  {latency}  faces {f['faces']}")
 
 
 def open_source(spec: str, width: int | None = None, height: int | None = None,

@@ -129,10 +129,11 @@ class SwapJob:
             face = self.find_face(path, "reference photo")
             self.reference_embeddings.append(self.engines.embedder.forward(face.image, face.landmarks))
 
-    def find_face(self, path: str, what: str) -> PhotoFace:
-        """The largest face of a photo; NoFaceError when there is none."""
+    def find_face(self, path: str, what: str, image: ImageBGR | None = None) -> PhotoFace:
+        """The largest face of a photo (read from `path` unless `image` is given);
+        NoFaceError when there is none."""
         assert self.engines is not None
-        image = read_image(path)
+        image = read_image(path) if image is None else image
         frame = FrameViews(image)
         dets = self.engines.detector.forward(frame)
         if not dets:  # photos are often small: one pass with upsampling before giving up
@@ -147,14 +148,37 @@ class SwapJob:
         landmarks = self.engines.landmarker.forward(frame, box)
         return PhotoFace(path, image, landmarks, len(dets))
 
+    def share(self) -> None:
+        """Let several pipelines run on this job's models at once (a server's peers): each
+        model method then runs under its own lock, so one call of a kind at a time while
+        different stages still overlap. Call after open()."""
+        from stream.shared_engines import share_engines
+
+        assert self.engines is not None
+        self.engines = share_engines(self.engines)
+        if self.enhancer is not None:
+            from stream.shared_engines import Shared
+
+            self.enhancer = Shared(self.enhancer)
+
+    def prepare(self, face: PhotoFace) -> object:
+        """The swapper's per-source preparation of `face` (safe beside running pipelines)."""
+        assert self.engines is not None
+        from stream.shared_engines import exclusive
+
+        with exclusive(self.engines.embedder, "forward"):  # the swapper may use the embedder inside
+            return self.engines.swapper.prepare_source(face.image, face.landmarks)
+
     def _build(self, shape: tuple[int, int], source: Source, sink: Sink, metrics: Metrics,
-               live: bool, on_frame: Callable[[Slot], None] | None) -> Runner:
+               live: bool, on_frame: Callable[[Slot], None] | None,
+               prepared: list[object] | None = None) -> Runner:
         assert self.engines is not None
         cfg = self.config
         eng = self.engines
         tracker = Tracker(eng.detector, eng.landmarker, eng.embedder, cfg.detect, cfg.track)
         selector = Selector(cfg.select, self.reference_embeddings, eng.embedder, cfg.pipeline.max_faces)
-        workers = [AnalyseWorker(tracker, selector), SwapWorker(eng.swapper, self.prepared, self.enhancer),
+        faces = self.prepared if prepared is None else prepared
+        workers = [AnalyseWorker(tracker, selector), SwapWorker(eng.swapper, faces, self.enhancer),
                    CompositeWorker(eng.swapper, metrics, self.enhancer)]
         policy = Policy.DROP_OLDEST if live else Policy.BLOCK
         depth = cfg.pipeline.ring_depth
@@ -201,22 +225,27 @@ class SwapJob:
         return result
 
     def run_live(self, source: Any, sink: Any, output_name: str,
-                 status: Callable[[str], None] | None = None,
-                 duration: float | None = None) -> JobResult:
+                 status: Callable[[dict[str, Any]], None] | None = None,
+                 duration: float | None = None, prepared: list[object] | None = None,
+                 on_start: Callable[[Runner], None] | None = None) -> JobResult:
         """A live run: `source` (opened) through drop-oldest rings to `sink` (a LiveSink,
         opened here), until the source ends, `duration` seconds pass, a sink asks to stop,
-        or Ctrl-C. Detection cadence adapts to load; `status` gets a line every second."""
+        or Ctrl-C. Detection cadence adapts to load; `status` gets the figures every second
+        (see StatusLine.figures). `prepared` replaces the job's source faces for this run;
+        `on_start` gets the runner before it starts (to stop it, or to change faces)."""
         from stream.live import AdaptiveCadence, StatusLine
 
         info = source.info
         sink.open()
         metrics = Metrics()
         try:
-            runner = self._build((info.height, info.width), source, sink, metrics, True, None)
+            runner = self._build((info.height, info.width), source, sink, metrics, True, None, prepared)
         except BaseException:
             sink.close()
             source.close()
             raise
+        if on_start is not None:
+            on_start(runner)
         sink.cadence = cadence = AdaptiveCadence(runner, self.config.detect.every)
         line = StatusLine(runner, status) if status is not None else None
         timer = threading.Timer(duration, runner.stop, args=("duration reached",)) if duration else None

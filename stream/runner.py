@@ -118,7 +118,9 @@ class Runner:
             self.frames.release(slot)
             self.frames.close()
             return False
-        self._decode_t.add(time.perf_counter() - t0)
+        # A live source waits for its next frame (a camera's pace, a peer's network): that
+        # wait is not decoding time. Sources that know it say so in `wait_s`.
+        self._decode_t.add(time.perf_counter() - t0 - getattr(self.source, "wait_s", 0.0))
         self.metrics.frames_in += 1
         self.frames.publish(slot)
         return True

@@ -204,6 +204,25 @@ def test_duration_stops_a_live_run(live_job: SwapJob, camera_clip: Path) -> None
     assert 5 <= result.report["frames_in"] < 40  # about 15 at 30 fps
 
 
+def test_pressing_q_in_the_preview_ends_the_run(live_job: SwapJob, camera_clip: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window itself needs a display; the key press is what is simulated here."""
+    from stream.sinks.live import PreviewSink
+
+    shown: list[int] = []
+    monkeypatch.setenv("DISPLAY", ":99")
+    monkeypatch.setattr(cv2, "namedWindow", lambda *a: None)
+    monkeypatch.setattr(cv2, "imshow", lambda title, image: shown.append(image.shape[1]))
+    monkeypatch.setattr(cv2, "waitKey", lambda ms: ord("q") if len(shown) == 5 else -1)
+    monkeypatch.setattr(cv2, "getWindowProperty", lambda *a: 1.0)
+    monkeypatch.setattr(cv2, "destroyWindow", lambda *a: None)
+    source = open_source(str(camera_clip))
+    source.open()
+    result = live_job.run_live(source, LiveSink([PreviewSink()]), "preview")
+    assert result.report["live"]["stopped"] == "preview closed"
+    assert len(shown) == 5 and result.report["frames_in"] < 60
+
+
 class FakeRing:
     def __init__(self) -> None:
         self.drops = 0

@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 
 from stream.config import EncodeConfig
-from stream.errors import PipelineAborted, SinkError, reason_of
+from stream.errors import SinkError, StopRequested, reason_of
 from stream.sinks.yuv import YuvFramer
 from stream.slot import Slot
 
@@ -239,7 +239,7 @@ class PreviewSink:
         self.frames_written += 1
         closed = cv2.getWindowProperty(self.TITLE, cv2.WND_PROP_VISIBLE) < 1
         if key in (ord("q"), 27) or closed:
-            raise PipelineAborted("preview closed")
+            raise StopRequested("preview closed")
 
     def close(self) -> None:
         if self._open:

@@ -24,8 +24,18 @@ class YuvFramer:
     def __call__(self, image: np.ndarray) -> av.VideoFrame:
         if self._frame is None or self._i420 is None:
             return av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
+        return self.fill(image, self._frame)
+
+    def new_frame(self) -> av.VideoFrame:
+        """A yuv420p frame of this size, for callers that keep several in rotation."""
+        return av.VideoFrame(self.width, self.height, "yuv420p")
+
+    def fill(self, image: np.ndarray, frame: av.VideoFrame) -> av.VideoFrame:
+        """Write `image` into `frame` (yuv420p of this size) and return it; odd sizes get a
+        new bgr24 frame instead."""
+        if self._i420 is None:
+            return av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
         cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420, dst=self._i420)
-        frame = self._frame
         # The encoder may still hold a reference to last frame's buffers; make_writable
         # then gives this frame fresh ones instead of overwriting those.
         frame.make_writable()

@@ -106,6 +106,7 @@ class WebcamSource:
         self._next_due = 0.0
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self.wait_s = 0.0  # of the last read: time spent waiting for the frame to be due
 
     @property
     def name(self) -> str:
@@ -159,10 +160,13 @@ class WebcamSource:
             self._first = None
             self._next_due = time.monotonic()
         else:
+            self.wait_s = 0.0
             if self._pace is not None:  # a file: wait for this frame's turn, as a camera would
                 delay = self._next_due - time.monotonic()
-                if delay > 0 and self._stop.wait(delay):
-                    return False
+                if delay > 0:
+                    if self._stop.wait(delay):
+                        return False
+                    self.wait_s = delay
             ok, picture = self._cap.read(image if image.flags.c_contiguous else None)
             if self._stop.is_set():
                 return False
