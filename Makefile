@@ -19,14 +19,17 @@ demo: $(STAMP)
 	$(BIN)/facestream demo
 
 test: $(STAMP)
-	-@$(MAKE) --no-print-directory test-deps || echo "note: RTSP server packages not installed; the live RTSP tests will be skipped"
+	-@$(MAKE) --no-print-directory test-deps || echo "note: RTSP server or Chromium not installed; the tests that need them will be skipped"
 	$(BIN)/python -m pytest -q
 
-# System packages the live tests need (a real RTSP server); Debian/Ubuntu, as root or with sudo.
+# System packages the live tests need: a real RTSP server (GStreamer's, through the system
+# Python) and a real browser for the WebRTC page (Chromium, driven by Playwright from the
+# venv; no browser download). Debian/Ubuntu, as root or with sudo.
 SYSTEM_TEST_PACKAGES := python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base \
-	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad chromium
 test-deps:
-	@if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0')" 2>/dev/null; then \
+	@if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0')" 2>/dev/null \
+		&& [ -x /usr/bin/chromium ]; then \
 		echo "test servers: installed"; \
 	else \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -112,6 +112,29 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--vcam-device", metavar="DEVICE", help="virtual camera device (e.g. /dev/video10)")
     live.add_argument("--vcam-backend", metavar="NAME", help="pyvirtualcam backend (default: the platform's)")
     _add_run_options(live)
+    serve = sub.add_parser(
+        "serve", help="a WebRTC page: your browser's camera, swapped, sent back to the page",
+        description="Starts a web server (aiohttp + aiortc) with one page: choose or upload the "
+                    "source face, start the camera, and watch the swapped video with live figures "
+                    "(fps, latency, drops). Each browser gets its own pipeline; the models are "
+                    "loaded once. Ctrl-C stops the server.",
+        epilog="examples:\n"
+               "  facestream serve --source face.jpg              # then open http://127.0.0.1:8080\n"
+               "  facestream serve --source a.jpg --source b.jpg  # both offered on the page\n"
+               "  facestream serve --host 0.0.0.0 --port 9000     # other machines too (browsers allow\n"
+               "                                                  # the camera on https or localhost only)",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--source", action="append", default=[], metavar="PHOTO",
+                       help="a face offered on the page (repeatable; default: scikit-image's astronaut); "
+                            "the page can upload more")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    serve.add_argument("--max-peers", type=int, default=4, metavar="N",
+                       help="browsers served at once (default 4); each runs its own pipeline")
+    serve.add_argument("--codec", choices=["vp8", "h264", "auto"], default="vp8",
+                       help="video codec to send back when the browser offers it (default vp8: the "
+                            "cheapest on a CPU here; auto: the browser's first choice)")
+    _add_run_options(serve)
     models = sub.add_parser(
         "models", help="list the standard model files (found or missing), or fetch one",
         description="Lists each model of the catalog with the file that was found, or where to put "
@@ -214,7 +237,7 @@ def cmd_swap(args: argparse.Namespace) -> int:
 
 
 def cmd_live(args: argparse.Namespace) -> int:
-    from stream.live import LiveSink, open_sink, open_source, record_sink
+    from stream.live import LiveSink, format_status, open_sink, open_source, record_sink
 
     config = _config_from(args)
     width = height = None
@@ -249,8 +272,8 @@ def cmd_live(args: argparse.Namespace) -> int:
     print(f"live: {getattr(source, 'name', args.input)} {info.width}x{info.height} -> {names}"
           " (Ctrl-C to stop)", file=sys.stderr)
 
-    def status(line: str) -> None:
-        print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
+    def status(figures: dict[str, Any]) -> None:
+        print(f"\r{format_status(figures)}   ", end="", file=sys.stderr, flush=True)
 
     result = job.run_live(source, live_sink, args.output,
                           status=None if args.quiet else status, duration=args.duration)
@@ -267,6 +290,71 @@ def cmd_live(args: argparse.Namespace) -> int:
     if args.record:
         print(f"recorded {args.record}")
     return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from stream.serve import FaceServer, start_server
+
+    if args.max_peers < 1:
+        raise CliError(f"--max-peers {args.max_peers}: must be at least 1")
+    if not 0 <= args.port <= 65535:
+        raise CliError(f"--port {args.port}: not a port number")
+    config = _config_from(args)
+    sources = list(args.source)
+    if not sources:
+        sources = [_demo_face()]
+        print(f"note: no --source given: offering the demo face ({sources[0]}); upload your own on the page")
+    job = SwapJob(config, sources)
+    job.open()
+    job.share()
+    for note in job.notes:
+        print(f"note: {note}")
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    server = FaceServer(job, max_peers=args.max_peers, codec=args.codec, say=say)
+    server.add_job_faces()
+
+    async def run() -> None:
+        import signal
+
+        runner, url = await start_server(server, args.host, args.port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"serving {url} (engine {job.engines.name if job.engines else '?'}, up to "
+              f"{args.max_peers} peers; Ctrl-C to stop)", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            open_peers = len(server.sessions)
+            await server.close()
+            await runner.cleanup()
+            print(f"\nstopped: {server.sessions_started} peer session(s) served"
+                  + (f", {open_peers} closed at exit" if open_peers else ""), flush=True)
+
+    asyncio.run(run())
+    return 0
+
+
+def _demo_face() -> str:
+    """scikit-image's astronaut as a photo file (the face offered when none is given)."""
+    import tempfile
+
+    import cv2
+
+    from stream.demo_media import astronaut
+
+    path = Path(tempfile.gettempdir()) / "facestream-astronaut.png"
+    if not path.is_file():
+        cv2.imwrite(str(path), astronaut())
+    return str(path)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -311,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live}
+    handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live,
+                "serve": cmd_serve}
     output = getattr(args, "record", None) if args.command == "live" else getattr(args, "output", None)
     try:
         return handlers[args.command](args)

@@ -149,3 +149,20 @@ def probe(path: str | os.PathLike[str]) -> dict[str, object]:
                 "payloads": [bytes(p) for p in packets],
             }
     return result
+
+
+def write_y4m(path: str | os.PathLike[str], frames: Iterable[np.ndarray], fps: int = 30) -> int:
+    """BGR pictures of one (even) size as a YUV4MPEG2 4:2:0 file: what Chromium's
+    `--use-file-for-fake-video-capture` plays as a camera (in a loop). Returns the count."""
+    import cv2
+
+    n = 0
+    with open(path, "wb") as out:
+        for picture in frames:
+            h, w = picture.shape[:2]
+            if n == 0:
+                out.write(f"YUV4MPEG2 W{w} H{h} F{fps}:1 Ip A1:1 C420jpeg\n".encode())
+            out.write(b"FRAME\n")
+            out.write(cv2.cvtColor(picture, cv2.COLOR_BGR2YUV_I420).tobytes())
+            n += 1
+    return n

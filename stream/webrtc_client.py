@@ -1,0 +1,85 @@
+"""The client side of WebRTC, as a browser would do it: a paced stand-in camera track, and
+the offer/answer exchange with a `facestream serve`. Used by the benchmark and the tests,
+and by anyone scripting a peer."""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import av
+import numpy as np
+from aiortc import MediaStreamTrack
+from aiortc.mediastreams import MediaStreamError
+
+from stream.webrtc import VIDEO_TIME_BASE
+
+
+class PacedTrack(MediaStreamTrack):
+    """A video track that plays BGR pictures in a loop at `fps`, in real time: a stand-in
+    camera for a WebRTC client (the benchmark's and the tests' peer)."""
+
+    kind = "video"
+
+    def __init__(self, pictures: list[np.ndarray], fps: float = 30.0) -> None:
+        super().__init__()
+        if not pictures:
+            raise ValueError("PacedTrack needs at least one picture")
+        self.frames = [av.VideoFrame.from_ndarray(p, format="bgr24").reformat(format="yuv420p")
+                       for p in pictures]
+        self.fps = fps
+        self.sent = 0
+        self.sent_at: list[float] = []  # monotonic send time of each frame, by index
+        self._t0: float | None = None
+
+    async def recv(self) -> av.VideoFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        now = time.monotonic()
+        if self._t0 is None:
+            self._t0 = now
+        due = self._t0 + self.sent / self.fps
+        if due > now:
+            await asyncio.sleep(due - now)
+        frame = self.frames[self.sent % len(self.frames)]
+        frame.pts = round(self.sent / self.fps / VIDEO_TIME_BASE)
+        frame.time_base = VIDEO_TIME_BASE
+        self.sent += 1
+        self.sent_at.append(time.monotonic())
+        return frame
+
+
+async def call_server(base_url: str, track: MediaStreamTrack, face: str | None = None,
+                      session: Any = None) -> tuple[Any, str, asyncio.Future[MediaStreamTrack]]:
+    """Connect `track` to a `facestream serve` at `base_url` as a browser would: offer,
+    answer, and a future of the swapped track coming back. Returns (pc, session id,
+    remote track future). `session` is an aiohttp ClientSession to reuse."""
+    import aiohttp
+    from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    loop = asyncio.get_running_loop()
+    remote: asyncio.Future[MediaStreamTrack] = loop.create_future()
+
+    @pc.on("track")
+    def _on_track(t: MediaStreamTrack) -> None:
+        if t.kind == "video" and not remote.done():
+            remote.set_result(t)
+
+    pc.addTrack(track)
+    await pc.setLocalDescription(await pc.createOffer())
+    own = session is None
+    http = aiohttp.ClientSession() if own else session
+    try:
+        async with http.post(base_url.rstrip("/") + "/api/offer",
+                             json={"sdp": pc.localDescription.sdp, "type": pc.localDescription.type,
+                                   "face": face}) as response:
+            body = await response.json()
+            if response.status != 200:
+                await pc.close()
+                raise ConnectionError(body.get("error", f"HTTP {response.status}"))
+    finally:
+        if own:
+            await http.close()
+    await pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
+    return pc, body["session"], remote

@@ -1,0 +1,336 @@
+"""WebRTC through `facestream serve`'s server: real aiortc peers on loopback in one process
+(the server, and a client that sends a face clip as its camera), the page's HTTP API, the
+latest-frame parts, and 50 connect/disconnect cycles that must leave nothing behind."""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import av
+import cv2
+import numpy as np
+import psutil
+import pytest
+from aiortc.mediastreams import MediaStreamError
+
+from stream.config import load_config
+from stream.demo_media import group_picture, single_face_picture
+from stream.pipeline import SwapJob
+from stream.serve import FaceServer, start_server
+from stream.sinks.yuv import YuvFramer
+from stream.slot import Slot
+from stream.webrtc import SwappedTrack, WebRtcSource
+from stream.webrtc_client import PacedTrack, call_server
+from tests.identity import Identity
+
+
+@pytest.fixture(autouse=True)
+def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Candidates on 127.0.0.1 only (a sandbox may have no other interface), as aiortc's
+    own tests do."""
+    import aioice.ice
+
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])
+
+
+@pytest.fixture(scope="module")
+def shared_job(source_photo: Path) -> SwapJob:
+    job = SwapJob(load_config(None, ["detect.every=4"]), [str(source_photo)])
+    job.open()
+    job.share()
+    return job
+
+
+@pytest.fixture(scope="module")
+def camera_pictures() -> list[np.ndarray]:
+    picture, _ = single_face_picture()
+    return [cv2.resize(picture, (640, 480), interpolation=cv2.INTER_AREA)]
+
+
+def serve(job: SwapJob, scenario: Callable[[FaceServer, str], Awaitable[Any]], **kw: Any) -> Any:
+    """Run `scenario(server, url)` against a server on a free loopback port."""
+    async def main() -> Any:
+        server = FaceServer(job, **kw)
+        server.add_job_faces()
+        runner, url = await start_server(server, "127.0.0.1", 0)
+        try:
+            return await scenario(server, url)
+        finally:
+            await server.close()
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+async def frames_from(remote: asyncio.Future[Any], n: int, timeout: float = 20.0) -> list[av.VideoFrame]:
+    track = await asyncio.wait_for(remote, timeout)
+    return [await asyncio.wait_for(track.recv(), timeout) for _ in range(n)]
+
+
+async def ended(server: FaceServer, session: str, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while session in server.sessions and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return session not in server.sessions
+
+
+def test_a_peer_gets_its_camera_back_swapped(shared_job: SwapJob, camera_pictures: list[np.ndarray],
+                                            source_photo: Path) -> None:
+    async def scenario(server: FaceServer, url: str) -> tuple[list[av.VideoFrame], dict[str, Any], Any]:
+        pc, sid, remote = await call_server(url, PacedTrack(camera_pictures))
+        frames = await frames_from(remote, 60)
+        await asyncio.sleep(1.2)  # one status period: the figures are in
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{url}api/sessions/{sid}") as r:
+                state = await r.json()
+        session = server.sessions[sid]
+        await pc.close()  # the peer leaves without a word: the server notices and cleans up
+        assert await ended(server, sid)
+        return frames, state, session
+
+    frames, state, session = serve(shared_job, scenario)
+    assert (frames[-1].width, frames[-1].height) == (640, 480)
+    assert state["connection"] == "connected" and state["running"] and state["error"] is None
+    assert state["fps_out"] > 5 and state["latency_p95_ms"] is not None and state["faces"] > 0
+    # The pipeline ended with the session, its threads with it.
+    assert session.thread is not None and not session.thread.is_alive()
+    assert session.report is not None and session.report["frames"] > 0
+    # The returned face carries the source identity: closer to it than the camera's face.
+    identity = Identity()
+    src = cv2.imread(str(source_photo))
+    target = identity.embed(src, identity.boxes(src)[0])
+    (before,) = identity.distance_to(camera_pictures[0], target)
+    (after,) = identity.distance_to(frames[-1].to_ndarray(format="bgr24"), target)
+    assert after < before - 0.03, (before, after)
+
+
+def test_the_source_face_can_be_uploaded_and_changed_mid_session(
+        shared_job: SwapJob, camera_pictures: list[np.ndarray], tmp_path: Path) -> None:
+    # A second person: the largest face of t1.jpg, as an uploaded photo.
+    second = group_picture()[260:470, 420:610]
+    ok, jpeg = cv2.imencode(".jpg", second)
+    assert ok
+
+    async def scenario(server: FaceServer, url: str) -> tuple[list[av.VideoFrame], list[av.VideoFrame]]:
+        async with aiohttp.ClientSession() as http:
+            form = aiohttp.FormData()
+            form.add_field("photo", jpeg.tobytes(), filename="second.jpg", content_type="image/jpeg")
+            async with http.post(f"{url}api/faces", data=form) as r:
+                assert r.status == 200, await r.text()
+                face = await r.json()
+            async with http.get(f"{url}api/faces") as r:
+                listed = await r.json()
+            assert face["id"] in [f["id"] for f in listed["faces"]]
+            async with http.get(f"{url}{face['thumb'].lstrip('/')}") as r:
+                assert r.status == 200 and r.content_type == "image/jpeg"
+            pc, sid, remote = await call_server(url, PacedTrack(camera_pictures), session=http)
+            before = await frames_from(remote, 20)
+            async with http.post(f"{url}api/sessions/{sid}/face", json={"face": face["id"]}) as r:
+                assert r.status == 200 and (await r.json())["face"] == face["id"]
+            track = remote.result()
+            for _ in range(10):  # frames already in flight still carry the first face
+                await track.recv()
+            after = [await asyncio.wait_for(track.recv(), 20) for _ in range(5)]
+            async with http.delete(f"{url}api/sessions/{sid}") as r:
+                assert r.status == 200
+            await pc.close()
+            return before, after
+
+    before, after = serve(shared_job, scenario)
+    identity = Identity()
+    upload = cv2.imdecode(jpeg, cv2.IMREAD_COLOR)
+    second_id = identity.embed(upload, identity.boxes(upload)[0])
+    (d_first,) = identity.distance_to(before[-1].to_ndarray(format="bgr24"), second_id)
+    (d_second,) = identity.distance_to(after[-1].to_ndarray(format="bgr24"), second_id)
+    assert d_second < d_first - 0.03, (d_first, d_second)
+
+
+def test_bad_requests_get_one_line_errors(shared_job: SwapJob, camera_pictures: list[np.ndarray]) -> None:
+    blank = np.full((200, 200, 3), 127, np.uint8)
+    ok, faceless = cv2.imencode(".png", blank)
+    assert ok
+
+    async def scenario(server: FaceServer, url: str) -> dict[str, tuple[int, str]]:
+        seen: dict[str, tuple[int, str]] = {}
+        async with aiohttp.ClientSession() as http:
+            async def upload(name: str, data: bytes) -> None:
+                form = aiohttp.FormData()
+                form.add_field("photo", data, filename=name)
+                async with http.post(f"{url}api/faces", data=form) as r:
+                    seen[name] = (r.status, (await r.json())["error"])
+
+            await upload("notes.txt", b"not a picture")
+            await upload("blank.png", faceless.tobytes())
+            async with http.post(f"{url}api/offer", data=b"{") as r:
+                seen["bad offer"] = (r.status, (await r.json())["error"])
+            async with http.post(f"{url}api/offer", json={"sdp": "x", "type": "offer", "face": "nope"}) as r:
+                seen["unknown face"] = (r.status, (await r.json())["error"])
+            async with http.get(f"{url}api/sessions/nope") as r:
+                seen["unknown session"] = (r.status, await r.text())
+            # One peer allowed: a second is turned away while the first is connected.
+            pc, _sid, remote = await call_server(url, PacedTrack(camera_pictures), session=http)
+            await frames_from(remote, 1)
+            with pytest.raises(ConnectionError, match="takes 1 peers at once"):
+                await call_server(url, PacedTrack(camera_pictures), session=http)
+            await pc.close()
+        return seen
+
+    seen = serve(shared_job, scenario, max_peers=1)
+    assert seen["notes.txt"][0] == 422 and "not a picture" in seen["notes.txt"][1]
+    assert seen["blank.png"] == (422, "uploaded photo 'blank.png': no face found")
+    assert seen["bad offer"][0] == 400 and seen["unknown face"][0] == 404
+    assert seen["unknown session"][0] == 404
+    for _status, message in seen.values():
+        assert "\n" not in message.strip() and "Traceback" not in message
+
+
+def test_the_source_keeps_only_the_newest_frame() -> None:
+    source = WebRtcSource("test")
+    pictures = [av.VideoFrame.from_ndarray(np.full((48, 64, 3), 10 * i, np.uint8), format="bgr24")
+                .reformat(format="yuv420p") for i in range(5)]
+    for frame in pictures:
+        source.offer(frame)
+    assert source.frames_received == 5 and source.frames_replaced == 4
+    assert source.info is not None and (source.info.width, source.info.height) == (64, 48)
+    slot = Slot(0, {"image": np.zeros((48, 64, 3), np.uint8)})
+    assert source.read_into(slot)
+    assert abs(int(slot.image.mean()) - 40) <= 2  # the last one offered
+    reader = threading.Thread(target=lambda: setattr(source, "last", source.read_into(slot)))
+    reader.start()
+    time.sleep(0.1)
+    assert reader.is_alive()  # waits for a frame
+    source.end()
+    reader.join(2.0)
+    assert not reader.is_alive() and source.last is False  # type: ignore[attr-defined]
+
+
+def test_the_sent_track_replaces_and_never_reuses_a_frame_in_flight() -> None:
+    async def scenario() -> None:
+        track = SwappedTrack()
+        framer = YuvFramer(64, 48)
+        first = track.claim(framer)
+        track.push(first)
+        taken = await track.recv()  # the encoder now holds it
+        assert taken is first
+        seen = set()
+        for _ in range(10):  # the pipeline outruns the encoder: newest wins, no queue
+            frame = track.claim(framer)
+            assert frame is not taken
+            seen.add(id(frame))
+            track.push(frame)
+        assert track.frames_replaced == 9
+        latest = await track.recv()
+        assert latest is frame and latest is not taken
+        assert len(seen) == 2  # two frames of the pool alternate around the one in flight
+        waiter = asyncio.ensure_future(track.recv())
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        track.stop()
+        with pytest.raises(MediaStreamError):  # a stopped track ends the sender's wait
+            await asyncio.wait_for(waiter, 1.0)
+
+    asyncio.run(scenario())
+
+
+def _rss_mb() -> float:
+    """Resident memory after a collection, with freed heap handed back to the system (what
+    glibc keeps cached for reuse is not growth)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def _our_threads() -> list[str]:
+    """Threads other than the event loop's executor pool (which grows to its size on use)."""
+    return sorted(t.name for t in threading.enumerate() if not t.name.startswith("asyncio_"))
+
+
+def test_fifty_connect_disconnect_cycles_leave_nothing_behind(shared_job: SwapJob,
+                                                              camera_pictures: list[np.ndarray]) -> None:
+    threads_before = {t.ident for t in threading.enumerate()}
+    figures: dict[str, Any] = {}
+
+    async def scenario(server: FaceServer, url: str) -> None:
+        async with aiohttp.ClientSession() as http:
+            for cycle in range(50):
+                pc, sid, remote = await call_server(url, PacedTrack(camera_pictures), session=http)
+                await frames_from(remote, 2)
+                if cycle % 2:  # half leave as a closing browser tab does, half say goodbye first
+                    async with http.delete(f"{url}api/sessions/{sid}") as r:
+                        assert r.status == 200
+                await pc.close()
+                assert await ended(server, sid), f"cycle {cycle}: the session did not end"
+                if cycle == 19:  # after warm-up: allocator pools and codecs at their working size
+                    figures["threads"] = _our_threads()
+                    figures["rss"] = _rss_mb()
+            figures["threads_end"] = _our_threads()
+            figures["rss_end"] = _rss_mb()
+            figures["started"] = server.sessions_started
+
+    serve(shared_job, scenario)
+    assert figures["started"] == 50
+    assert figures["threads_end"] == figures["threads"] == ["MainThread"], figures
+    # One leaked pipeline would be its frame ring, about 20 MB at 640x480.
+    growth = figures["rss_end"] - figures["rss"]
+    assert growth < 15, f"memory grew by {growth:.0f} MB over the last 30 cycles"
+    time.sleep(0.2)
+    left = [t.name for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
+    assert not left, left
+
+
+def test_serve_command_serves_the_page_and_stops_on_ctrl_c(source_photo: Path) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-m", "stream.cli", "serve", "--source", str(source_photo),
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.startswith("serving "):
+                break
+        url = lines[-1].split()[1]
+        assert url.startswith("http://127.0.0.1:"), lines
+        page = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert 'id="start"' in page and "RTCPeerConnection" in page
+        faces = json.loads(urllib.request.urlopen(url + "api/faces", timeout=10).read())
+        assert [f["name"] for f in faces["faces"]] == [source_photo.name]
+        thumb = urllib.request.urlopen(url + faces["faces"][0]["thumb"].lstrip("/"), timeout=10).read()
+        assert cv2.imdecode(np.frombuffer(thumb, np.uint8), cv2.IMREAD_COLOR).shape == (160, 160, 3)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "stopped: 0 peer session(s) served" in out and "Traceback" not in err
+
+
+def test_serve_on_a_busy_port_is_a_one_line_error(source_photo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    from stream.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code = main(["serve", "--source", str(source_photo), "--port", str(port)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert len(err) == 1 and err[0].startswith(f"facestream: error: serve: cannot listen on 127.0.0.1:{port}"), err
