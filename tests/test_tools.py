@@ -26,7 +26,13 @@ def test_bench_live_prints_latency_and_the_target(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "tools/bench_live.py", "--faces", "1", "--seconds", "1",
                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert "one face: in" in res.stdout and "latency p50" in res.stdout and "target p95" in res.stdout
-    rep = json.loads(out.read_text())["one face"]
+    assert "one face via vcam: in" in res.stdout and "latency p50" in res.stdout and "target p95" in res.stdout
+    assert "one face via webrtc: in" in res.stdout and "round trip p50" in res.stdout
+    reports = json.loads(out.read_text())
+    rep = reports["one face"]
     assert rep["frames_in"] == 30
     assert rep["frames"] + rep["drops"] >= 29 and rep["faces_swapped"] > 0
+    # Through WebRTC: the client's numbered frames reached the server and came back swapped.
+    web = reports["one face via webrtc"]
+    assert web["webrtc"]["sent"] == 30 and web["frames_in"] >= 20 and web["faces_swapped"] > 0
+    assert web["webrtc"]["received"] > 0 and web["webrtc"]["round_trip_ms"]["p95"] > 0

@@ -3,19 +3,29 @@ camera would deliver it, through the live pipeline (drop-oldest rings, adaptive 
 to a virtual-camera sink (pyvirtualcam's backend registry with a backend that discards,
 so the I420 conversion a real loopback device needs is still paid).
 
-Prints, per clip: fps in and out, drops, capture-to-sink latency p50/p95, the per-frame
-processing time (the mean time of analyse + swap + composite + sink for one frame), and
-the target: p95 latency <= processing + two frame intervals (no standing queue).
+Once more through WebRTC on loopback (`--via webrtc`): `facestream serve`'s server and an
+aiortc client in this process; the client sends the clip as its camera (VP8, as a browser
+would) and receives the swapped video back. Each frame it sends carries its number in a
+corner (16 px blocks, which survive the codec), so the client also measures the round trip:
+sent -> encoded -> server -> swapped -> encoded -> received and decoded. Both peers' codecs
+run on this machine's CPU beside the pipeline.
 
-    python tools/bench_live.py                  # one face and six faces, 10 s each
-    python tools/bench_live.py --faces 1 --seconds 20 --config quality
+Prints, per clip and path: fps in and out, drops, capture-to-sink latency p50/p95 (for
+WebRTC: from the frame's arrival at the server to its hand-over to the sending track), the
+per-frame processing time (the mean time of analyse + swap + composite + sink for one
+frame), and the target: p95 latency <= processing + two frame intervals (no standing queue).
+
+    python tools/bench_live.py                  # one face and six faces, 10 s each, both paths
+    python tools/bench_live.py --faces 1 --seconds 20 --via webrtc --config quality
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,10 +68,116 @@ def run(job: SwapJob, clip: str) -> dict:
     return job.run_live(source, LiveSink([sink]), "vcam").report
 
 
+MARK_BITS, MARK_BLOCK = 12, 16  # frame number in the top-left corner: 12 blocks of 16x16 px
+
+
+def stamp(frame, number: int):
+    """The decoded clip frame as a new yuv420p frame with `number` drawn into its luma."""
+    import av
+
+    yuv = frame.to_ndarray(format="yuv420p")
+    for bit in range(MARK_BITS):
+        x = bit * MARK_BLOCK
+        yuv[:MARK_BLOCK, x:x + MARK_BLOCK] = 235 if number >> bit & 1 else 16
+    return av.VideoFrame.from_ndarray(yuv, format="yuv420p")
+
+
+def read_stamp(frame) -> int:
+    luma = frame.to_ndarray(format="yuv420p")[:MARK_BLOCK]
+    half = MARK_BLOCK // 2
+    return sum(1 << bit for bit in range(MARK_BITS)
+               if luma[half, bit * MARK_BLOCK + half] > 125)
+
+
+class ClipTrack:
+    """The clip as a camera track, paced at its frame rate, each frame numbered."""
+
+    def __new__(cls, clip: str, fps: float = 30.0):
+        import av
+        from aiortc import MediaStreamTrack
+        from aiortc.mediastreams import MediaStreamError
+
+        from stream.webrtc import VIDEO_TIME_BASE
+
+        class _Track(MediaStreamTrack):
+            kind = "video"
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.container = av.open(clip)
+                self.frames = self.container.decode(video=0)
+                self.sent_at: list[float] = []
+                self.t0: float | None = None
+
+            async def recv(self):
+                n = len(self.sent_at)
+                now = time.monotonic()
+                self.t0 = now if self.t0 is None else self.t0
+                due = self.t0 + n / fps
+                if due > now:
+                    await asyncio.sleep(due - now)
+                try:
+                    frame = stamp(next(self.frames), n)
+                except StopIteration:
+                    self.container.close()
+                    self.stop()
+                    raise MediaStreamError from None
+                frame.pts, frame.time_base = round(n / fps / VIDEO_TIME_BASE), VIDEO_TIME_BASE
+                self.sent_at.append(time.monotonic())
+                return frame
+
+        return _Track()
+
+
+def run_webrtc(job: SwapJob, clip: str) -> dict:
+    """The clip through `facestream serve`'s server from an aiortc client, on loopback."""
+    import aioice.ice
+
+    from stream.serve import FaceServer, start_server
+    from stream.webrtc_client import call_server
+
+    # Loopback only: candidates on 127.0.0.1 whatever interfaces this machine has.
+    aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
+
+    async def main() -> dict:
+        server = FaceServer(job)
+        server.add_job_faces()
+        runner, url = await start_server(server, "127.0.0.1", 0)
+        track = ClipTrack(clip)
+        pc, sid, remote = await call_server(url, track)
+        session = server.sessions[sid]
+        back = await asyncio.wait_for(remote, 30)
+        trips: list[float] = []
+        received = 0
+        while True:
+            # Once the clip has ended, what is still in flight arrives within half a second.
+            wait = 0.5 if track.readyState == "ended" else 5.0
+            try:
+                frame = await asyncio.wait_for(back.recv(), wait)
+            except (asyncio.TimeoutError, Exception):  # nothing more comes back
+                break
+            received += 1
+            n = read_stamp(frame)
+            if n < len(track.sent_at):
+                trips.append(time.monotonic() - track.sent_at[n])
+        await pc.close()
+        await server.close()
+        await runner.cleanup()
+        rep = dict(session.report or {})
+        rep["webrtc"] = {"codec": session.codec, "sent": len(track.sent_at), "received": received,
+                         "round_trip_ms": {q: round(float(np.percentile(np.asarray(trips) * 1000, v)), 1)
+                                           for q, v in (("p50", 50), ("p95", 95))} if trips else None}
+        return rep
+
+    return asyncio.run(main())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--faces", choices=["1", "6", "both"], default="both")
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--via", choices=["vcam", "webrtc", "both"], default="both",
+                    help="to a virtual camera, through WebRTC on loopback, or both (default)")
     ap.add_argument("--config", default="fast", help="preset (default: fast)")
     ap.add_argument("--json", metavar="PATH", help="also write the reports as JSON")
     args = ap.parse_args()
@@ -73,23 +189,38 @@ def main() -> int:
         job = SwapJob(load_config(args.config, []), [source])
         job.open()
         clips = bench_clips(tmp, args.faces, args.seconds)
-        print(f"1280x720 30 fps clip paced in real time -> virtual camera (discarding); preset {args.config}")
+        if args.via != "vcam":
+            job.share()  # the server's peers share the models, as in `facestream serve`
+        print(f"1280x720 30 fps clip paced in real time -> virtual camera (discarding) and/or a WebRTC "
+              f"peer on loopback; preset {args.config}")
+        paths = ["vcam", "webrtc"] if args.via == "both" else [args.via]
         for name, clip in clips:
-            rep = run(job, clip)
-            results[name] = rep
-            st = rep["stages"]
-            processing = sum(st[k]["mean_ms"] for k in ("analyse", "swap", "composite", "encode") if k in st)
-            interval = 1000.0 / 30
-            lat = rep["latency"]
-            bound = processing + 2 * interval
-            print(f"{name:>9}: in {rep['frames_in'] / rep['elapsed_s']:.1f} fps, out {rep['fps']:.1f} fps, "
-                  f"drops {rep['drops']} of {rep['frames_in']}; latency p50 {lat['p50_ms']:.0f} ms "
-                  f"p95 {lat['p95_ms']:.0f} ms; processing {processing:.0f} ms/frame; "
-                  f"target p95 <= {bound:.0f} ms: {'met' if lat['p95_ms'] <= bound else 'NOT met'}; "
-                  f"detection every {rep['live']['detect_every_base']}-{rep['live']['detect_every_max']}")
+            for via in paths:
+                rep = run(job, clip) if via == "vcam" else run_webrtc(job, clip)
+                results[name if via == "vcam" else f"{name} via webrtc"] = rep
+                report(f"{name} via {via}", rep)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def report(name: str, rep: dict) -> None:
+    st = rep["stages"]
+    processing = sum(st[k]["mean_ms"] for k in ("analyse", "swap", "composite", "encode") if k in st)
+    interval = 1000.0 / 30
+    lat = rep["latency"]
+    bound = processing + 2 * interval
+    line = (f"{name:>16}: in {rep['frames_in'] / rep['elapsed_s']:.1f} fps, out {rep['fps']:.1f} fps, "
+            f"drops {rep['drops']} of {rep['frames_in']}; latency p50 {lat['p50_ms']:.0f} ms "
+            f"p95 {lat['p95_ms']:.0f} ms; processing {processing:.0f} ms/frame; "
+            f"target p95 <= {bound:.0f} ms: {'met' if lat['p95_ms'] <= bound else 'NOT met'}; "
+            f"detection every {rep['live']['detect_every_base']}-{rep['live']['detect_every_max']}")
+    web = rep.get("webrtc")
+    if web:
+        trip = web["round_trip_ms"]
+        line += (f"\n{'':>16}  {web['codec']}: client sent {web['sent']}, got {web['received']} back; "
+                 + (f"round trip p50 {trip['p50']:.0f} ms p95 {trip['p95']:.0f} ms" if trip else "no round trip"))
+    print(line, flush=True)
 
 
 if __name__ == "__main__":
