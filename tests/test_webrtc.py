@@ -91,6 +91,8 @@ def test_a_peer_gets_its_camera_back_swapped(shared_job: SwapJob, camera_picture
             async with http.get(f"{url}api/sessions/{sid}") as r:
                 state = await r.json()
         session = server.sessions[sid]
+        # The backlog guard found aiortc's decoder queue (a private name that could change).
+        assert session.reader is not None and session.reader._decoder_queue() is not None
         await pc.close()  # the peer leaves without a word: the server notices and cleans up
         assert await ended(server, sid)
         return frames, state, session
@@ -334,3 +336,41 @@ def test_serve_on_a_busy_port_is_a_one_line_error(source_photo: Path, capsys: py
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert len(err) == 1 and err[0].startswith(f"facestream: error: serve: cannot listen on 127.0.0.1:{port}"), err
+
+
+def test_a_decoder_backlog_is_trimmed_and_a_keyframe_asked_for() -> None:
+    """aiortc queues encoded frames for its decoder thread without bound; past about a
+    second of them the reader drops the backlog and asks the sender for a keyframe."""
+    import queue
+    from types import SimpleNamespace
+
+    from stream.webrtc import DECODER_BACKLOG_LIMIT, TrackReader
+
+    plis: list[int] = []
+
+    class Receiver:
+        def getSynchronizationSources(self) -> list[Any]:  # noqa: N802 - aiortc's name
+            return [SimpleNamespace(source=1234)]
+
+        async def _send_rtcp_pli(self, ssrc: int) -> None:
+            plis.append(ssrc)
+
+    receiver = Receiver()
+    backlog: queue.Queue[Any] = queue.Queue()
+    receiver._RTCRtpReceiver__decoder_queue = backlog  # aiortc's private name
+    reader = TrackReader(track=None, source=WebRtcSource(), receiver=receiver)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        for _ in range(DECODER_BACKLOG_LIMIT):
+            backlog.put(("codec", b"frame"))
+        await reader._bound_backlog()  # at the limit: left alone
+        assert backlog.qsize() == DECODER_BACKLOG_LIMIT and not plis
+        for _ in range(5):
+            backlog.put(("codec", b"frame"))
+        backlog.put(None)  # the receiver's stop signal must survive the trim
+        await reader._bound_backlog()
+
+    asyncio.run(scenario())
+    assert reader.backlog_trims == 1 and plis == [1234]
+    assert backlog.qsize() == 1 and backlog.get_nowait() is None
+    assert reader.max_backlog == DECODER_BACKLOG_LIMIT + 6
