@@ -61,10 +61,10 @@ def test_rtsp_in_swap_rtsp_out(relay: Relay, face_frames: list[np.ndarray], sour
         reader.stop()
         publisher.stop()
     assert reader.frames >= 30, f"the reader got {reader.frames} frames"
-    # Frames arrive swapped. Not every one: on this 2-core machine, with the publisher, the
-    # relay and the reader beside it, frames drop and a track lost between detections is
-    # not swapped until the next detection confirms it (about half the frames here).
-    assert _swapped_frames(reader.kept, face_frames, source_photo) >= 3
+    # Frames arrive swapped: most of them (a frame sent just before a detection confirms
+    # a track can go out unswapped; here about one in ten).
+    swapped = _swapped_frames(reader.kept, face_frames, source_photo)
+    assert swapped >= len(reader.kept) // 2, f"{swapped} of {len(reader.kept)} frames read back were swapped"
     assert "drops" in out.err and "latency" in out.err
 
 

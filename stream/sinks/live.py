@@ -88,7 +88,9 @@ class VirtualCameraSink:
 class RtspSink:
     """Pushes H.264 to an RTSP server (ANNOUNCE/RECORD over TCP): libx264 with
     `tune=zerolatency`, no B-frames, a keyframe at least every 2 s, timestamps from the
-    frames' capture clock.
+    frames' capture clock, one slice per frame (zerolatency's sliced threads cut each
+    frame into slices, which not every server relays intact: through GStreamer's RTSP
+    server the first slices of each frame were lost; one encoder thread adds no delay).
 
     If the server goes away mid-run, frames are dropped (and counted) while it retries
     with backoff; the run goes on. Only the first connection must succeed.
@@ -131,7 +133,7 @@ class RtspSink:
             gop = max(1, int(2 * self.fps))  # a keyframe at least every 2 s
             video.options = {"preset": self.preset, "tune": "zerolatency", "bf": "0",
                              "g": str(gop), "keyint_min": str(min(gop, 10)),
-                             "crf": str(self.encode.crf), "forced-idr": "1"}
+                             "crf": str(self.encode.crf), "forced-idr": "1", "threads": "1"}
             output.start_encoding()  # ANNOUNCE + RECORD now: an unreachable server fails here
         except BaseException:
             try:

@@ -89,8 +89,10 @@ class Publisher(threading.Thread):
                 stream = out.add_stream("libx264", rate=self.fps)
                 stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
                 stream.time_base = Fraction(1, 90000)
+                # One slice per frame (threads=1): multi-slice frames come out of this relay
+                # corrupted (the first slices lost), which would look like failed swaps.
                 stream.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(self.fps), "bf": "0",
-                                  "crf": "18"}
+                                  "crf": "18", "threads": "1"}
                 t0 = time.monotonic()
                 n = 0
                 while not self.stop_event.is_set():
