@@ -25,6 +25,7 @@ class DetectConfig:
     every: int = 12  # full-frame detection every N frames (and whenever a track is lost)
     max_side: int = 1024  # the frame is downscaled so its longer side is at most this
     upsample: int = 0  # dlib upsampling passes (each one finds smaller faces, 4x the cost)
+    background: bool = True  # live runs: detect on a thread of its own, tracking goes on meanwhile
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, f"detect.every must be >= 1, got {self.every}")
@@ -113,11 +114,13 @@ class PipelineConfig:
     """The staged runtime: ring depths and whether stages run on threads."""
 
     ring_depth: int = 4  # slots between two stages
+    live_ring_depth: int = 1  # live runs: only the newest frame waits between stages (no standing queue)
     staged: bool = True  # False: one thread runs every stage in turn (for comparison)
     max_faces: int = 8  # faces swapped per frame at most (largest first)
 
     def __post_init__(self) -> None:
         _check(self.ring_depth >= 1, f"pipeline.ring_depth must be >= 1, got {self.ring_depth}")
+        _check(self.live_ring_depth >= 1, f"pipeline.live_ring_depth must be >= 1, got {self.live_ring_depth}")
         _check(self.max_faces >= 1, f"pipeline.max_faces must be >= 1, got {self.max_faces}")
 
 

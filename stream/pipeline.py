@@ -175,13 +175,14 @@ class SwapJob:
         assert self.engines is not None
         cfg = self.config
         eng = self.engines
-        tracker = Tracker(eng.detector, eng.landmarker, eng.embedder, cfg.detect, cfg.track)
+        tracker = Tracker(eng.detector, eng.landmarker, eng.embedder, cfg.detect, cfg.track,
+                          background=live and cfg.detect.background)
         selector = Selector(cfg.select, self.reference_embeddings, eng.embedder, cfg.pipeline.max_faces)
         faces = self.prepared if prepared is None else prepared
         workers = [AnalyseWorker(tracker, selector), SwapWorker(eng.swapper, faces, self.enhancer),
                    CompositeWorker(eng.swapper, metrics, self.enhancer)]
         policy = Policy.DROP_OLDEST if live else Policy.BLOCK
-        depth = cfg.pipeline.ring_depth
+        depth = cfg.pipeline.live_ring_depth if live else cfg.pipeline.ring_depth
         h, w = shape
         # Frames stay in their ring-A slot until encoded: A holds its own queue plus
         # everything downstream (each later ring, and one frame in each stage's hands),

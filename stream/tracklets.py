@@ -11,10 +11,17 @@ maps to, and its age. Per frame:
   carried by the landmarks themselves (the detector box expressed relative to the
   landmarks' bounding box at the last detection);
 - landmarks are smoothed with a One-Euro filter so the swapped face does not jitter.
+
+Live runs detect in the background (`BackgroundDetector`): the frame due for detection
+is copied to a detection thread and tracking goes on; the boxes are merged into the
+tracks a few frames later, moved by how far each track's landmarks moved meanwhile. The
+analyse stage then never waits a whole detection (the largest per-frame cost), so no
+frame's latency carries it.
 """
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,6 +85,7 @@ class Track:
     born: int = 0
     age: int = 0
     missed: int = 0
+    at_submit: Box | None = field(default=None, repr=False)  # landmark box when a detection was sent
     embedding: np.ndarray | None = None
     embedded_at: int = -1
     source: int | None = None  # index of the source face this track maps to; None: not swapped
@@ -99,6 +107,7 @@ class Tracker:
         embedder: Embedder | None,
         detect: DetectConfig,
         track: TrackConfig,
+        background: bool = False,
     ) -> None:
         self.detector = detector
         self.landmarker = landmarker
@@ -111,6 +120,7 @@ class Tracker:
         self._force_detect = True
         # Frames between scheduled detections: detect.every, raised by a live run under load.
         self.detect_every = detect.every
+        self.background = BackgroundDetector(detector) if background else None
 
 
     @property
@@ -127,9 +137,12 @@ class Tracker:
         face once) but not returned until a detection confirms it: on a scene cut the old
         faces must not be swapped onto whatever is now where they were."""
         due = seq - self._last_detect >= self.detect_every
-        if due or self._force_detect:
+        if self.background is not None:
+            self._detect_in_background(frame, seq, due)
+        elif due or self._force_detect:
             self._force_detect = False  # before: the detection itself may ask for another
-            self._detect(frame, seq)
+            self._last_detect = seq
+            self._merge(self.detector.forward(frame), seq)
         h, w = frame.shape
         alive: list[Track] = []
         for tr in self.tracks:
@@ -154,11 +167,37 @@ class Tracker:
         self.tracks = alive
         return [tr for tr in alive if tr.missed == 0]
 
-    def _detect(self, frame: FrameViews, seq: int) -> None:
-        self._last_detect = seq
-        dets = self.detector.forward(frame)
+    def _detect_in_background(self, frame: FrameViews, seq: int, due: bool) -> None:
+        bg = self.background
+        assert bg is not None
+        done = bg.poll()
+        if done is not None:
+            self._merge(done, seq, earlier=True)
+        if not (due or self._force_detect):
+            return
+        if not self.tracks and not bg.pending:
+            # Nothing to follow meanwhile (the start, an empty scene): detect in line, so a
+            # face is swapped from the frame it is found in.
+            self._force_detect = False
+            self._last_detect = seq
+            self._merge(self.detector.forward(frame), seq)
+        elif bg.submit(frame.bgr):
+            self._force_detect = False
+            self._last_detect = seq
+            for tr in self.tracks:
+                tr.at_submit = landmark_box(tr.raw) if tr.age else None
+
+    def _merge(self, dets: list[tuple[Box, float]], seq: int, earlier: bool = False) -> None:
+        """Match detection boxes to tracks; unmatched boxes start tracks, tracks missed
+        too often end. `earlier`: the boxes are of the frame the detection was sent with,
+        so for each track they are first moved as its landmarks moved since then."""
+        def placed(tr: Track, box: Box) -> Box:
+            if earlier and tr.at_submit is not None and tr.age:
+                return _moved(box, tr.at_submit, landmark_box(tr.raw))
+            return box
+
         pairs = sorted(
-            ((iou(tr.box, box), ti, di) for ti, tr in enumerate(self.tracks)
+            ((iou(tr.box, placed(tr, box)), ti, di) for ti, tr in enumerate(self.tracks)
              for di, (box, _) in enumerate(dets)),
             reverse=True,
         )
@@ -172,7 +211,8 @@ class Tracker:
             used_t.add(ti)
             used_d.add(di)
             tr = self.tracks[ti]
-            tr.box, tr.score = dets[di]
+            box, tr.score = dets[di]
+            tr.box = placed(tr, box)
             tr.matched, tr.missed = True, 0
         kept: list[Track] = []
         for ti, tr in enumerate(self.tracks):
@@ -193,6 +233,10 @@ class Tracker:
             kept.append(tr)
         self.tracks = kept
 
+    def close(self) -> None:
+        if self.background is not None:
+            self.background.close()
+
     @staticmethod
     def _jumped(prev: Landmarks68, new: Landmarks68) -> bool:
         a, b = landmark_box(prev), landmark_box(new)
@@ -212,6 +256,90 @@ class Tracker:
             track.embedding = self.embedder.forward(image, track.landmarks)
             track.embedded_at = seq
         return track.embedding
+
+
+def _moved(box: Box, then: Box, now: Box) -> Box:
+    """`box` (of an earlier frame) moved as a face went from `then` to `now`."""
+    dx = (now[0] + now[2] - then[0] - then[2]) / 2
+    dy = (now[1] + now[3] - then[1] - then[3]) / 2
+    return (box[0] + dx, box[1] + dy, box[2] + dx, box[3] + dy)
+
+
+class BackgroundDetector:
+    """The detector on a thread of its own, one frame at a time (live runs).
+
+    `submit` copies the frame into a buffer reused for every detection and returns at
+    once (False while a detection is still running: the next due frame tries again);
+    `poll` returns the boxes of a finished detection, once. An error in the detector is
+    raised by the next `poll`, on the tracker's thread, so it stops the run as any stage
+    error does. `close` ends the thread.
+    """
+
+    def __init__(self, detector: Detector) -> None:
+        self.detector = detector
+        self._cond = threading.Condition()
+        self._image: np.ndarray | None = None
+        self._gray: np.ndarray | None = None
+        self._pending = False
+        self._result: list[tuple[Box, float]] | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.detections = 0
+
+    @property
+    def pending(self) -> bool:
+        """A detection is running (or its result not yet taken by `poll`)."""
+        return self._pending or self._result is not None
+
+    def submit(self, image: ImageBGR) -> bool:
+        with self._cond:
+            if self._pending or self._closed:
+                return False
+            if self._image is None or self._image.shape != image.shape:
+                self._image = np.empty_like(image)
+                self._gray = np.empty(image.shape[:2], np.uint8)
+            np.copyto(self._image, image)
+            self._pending = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="fs-detect", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return True
+
+    def poll(self) -> list[tuple[Box, float]] | None:
+        with self._cond:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            result, self._result = self._result, None
+            return result
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                image, gray = self._image, self._gray
+            assert image is not None
+            try:
+                dets = self.detector.forward(FrameViews(image, gray))
+                error = None
+            except Exception as exc:  # noqa: BLE001 - handed to the tracker's thread
+                dets, error = [], exc
+            with self._cond:
+                self._result, self._error = (None, error) if error is not None else (dets, None)
+                self._pending = False
+                self.detections += 1
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(5.0)
 
 
 def _on_frame(points: Landmarks68, w: int, h: int) -> bool:

@@ -238,3 +238,89 @@ def test_iou() -> None:
     assert iou((0, 0, 10, 10), (0, 0, 10, 10)) == 1.0
     assert iou((0, 0, 10, 10), (20, 20, 30, 30)) == 0.0
     assert landmark_box(TEMPLATE) == (-0.5, -0.5, 0.5, 0.5)
+
+
+class FrameScene(Scene):
+    """A scene whose frames say which frame they are (pixel 0,0 holds seq % 256), so a
+    detector running late still sees the faces of the frame it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: dict[int, list[tuple[int, float, float, float]]] = {}
+
+    def frame(self, seq: int):
+        from engines.frame_views import FrameViews
+
+        self.history[seq % 256] = list(self.faces)
+        image = np.zeros((720, 1280, 3), np.uint8)
+        image[0, 0, 0] = seq % 256
+        return FrameViews(image)
+
+
+class LateDetector(FakeDetector):
+    """Takes `delay` seconds, and answers for the frame it was given."""
+
+    def __init__(self, scene: FrameScene, delay: float, fail: bool = False) -> None:
+        super().__init__(scene)
+        self.delay, self.fail = delay, fail
+        self.threads: set[str] = set()
+
+    def forward(self, frame):
+        import threading
+        import time
+
+        self.threads.add(threading.current_thread().name)
+        time.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("detector broke")
+        self.calls += 1
+        faces = self.scene.history[int(frame.bgr[0, 0, 0])]
+        return [((cx - 0.6 * s, cy - 0.5 * s, cx + 0.6 * s, cy + 0.7 * s), 1.0) for _, cx, cy, s in faces]
+
+
+def test_background_detection_tracks_moving_faces_without_waiting_for_the_detector() -> None:
+    import threading
+    import time
+
+    scene = FrameScene()
+    det = LateDetector(scene, delay=0.03)
+    tracker = Tracker(det, FakeLandmarker(scene), FakeEmbedder(scene), DetectConfig(every=5),
+                      TrackConfig(), background=True)
+    ids: list[int] | None = None
+    seen = 0
+    for seq in range(90):
+        scene.faces = [(0, 200 + 3 * seq, 300, 100), (1, 900 - 2 * seq, 400, 110)]
+        tracks = tracker.update(scene.frame(seq), seq, seq / 30)
+        time.sleep(0.01)  # frames come at their pace; the detection runs meanwhile
+        if len(tracks) == 2:
+            seen += 1
+            by_x = sorted(tracks, key=lambda t: t.landmarks[:, 0].mean())
+            ids = ids or [t.id for t in by_x]
+            assert [t.id for t in by_x] == ids  # the late boxes continue the same tracks
+            for tr in tracks:
+                c = tr.landmarks.mean(axis=0)
+                truth = min(scene.faces, key=lambda f: abs(f[1] - c[0]))
+                assert abs(c[0] - truth[1]) < 0.15 * truth[3]
+    tracker.close()
+    # The first detection (nothing to track yet) ran in line, the others in the background.
+    assert det.threads == {threading.current_thread().name, "fs-detect"}
+    assert seen == 90
+    assert 4 <= det.calls <= 18  # on schedule, skipping due frames while one is running
+    assert not any(t.name == "fs-detect" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_background_detector_error_stops_the_tracker() -> None:
+    import time
+
+    scene = FrameScene()
+    scene.faces = [(0, 300, 300, 100)]
+    det = LateDetector(scene, 0.0)
+    tracker = Tracker(det, FakeLandmarker(scene), FakeEmbedder(scene), DetectConfig(every=5), TrackConfig(),
+                      background=True)
+    tracker.update(scene.frame(0), 0, 0.0)  # in line: the face is found and followed
+    det.fail = True  # the next detections run in the background, and fail there
+    with pytest.raises(RuntimeError, match="detector broke"):
+        for seq in range(1, 100):
+            tracker.update(scene.frame(seq), seq, seq / 30)
+            time.sleep(0.01)
+    tracker.close()

@@ -179,6 +179,8 @@ def main() -> int:
     ap.add_argument("--via", choices=["vcam", "webrtc", "both"], default="both",
                     help="to a virtual camera, through WebRTC on loopback, or both (default)")
     ap.add_argument("--config", default="fast", help="preset (default: fast)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                    help="override a config field, e.g. --set detect.background=false (repeatable)")
     ap.add_argument("--json", metavar="PATH", help="also write the reports as JSON")
     args = ap.parse_args()
     pyvirtualcam.register_backend("bench-discard", DiscardingCamera)
@@ -186,7 +188,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         source = str(Path(tmp) / "astronaut.png")
         cv2.imwrite(source, astronaut())
-        job = SwapJob(load_config(args.config, []), [source])
+        job = SwapJob(load_config(args.config, args.overrides), [source])
         job.open()
         clips = bench_clips(tmp, args.faces, args.seconds)
         if args.via != "vcam":

@@ -33,4 +33,4 @@ class AnalyseWorker:
         out.payload = tuple(self.selector.choose(tracks, self.tracker, image, item.seq))
 
     def close(self) -> None:
-        pass
+        self.tracker.close()
