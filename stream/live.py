@@ -1,7 +1,9 @@
 """Live runs: a live source through the pipeline to live sinks, latest-frame semantics.
 
-- Rings use `drop_oldest`: a slow stage never makes the source wait; the oldest unread
-  frame is dropped and counted, so latency stays bounded instead of growing.
+- The entry ring drops: a slow stage never makes the source wait; the newest frame
+  replaces an unread one (dropped and counted), so latency stays bounded instead of
+  growing. Later rings hold one frame and block: a frame once let in is not thrown away
+  after the models worked on it.
 - Detection cadence adapts to load: while frames are being dropped the tracker detects
   less often (up to 4x `detect.every`), and returns to `detect.every` once it keeps up.
 - Capture-to-sink latency is measured per frame; a status line shows fps in and out,

@@ -181,7 +181,6 @@ class SwapJob:
         faces = self.prepared if prepared is None else prepared
         workers = [AnalyseWorker(tracker, selector), SwapWorker(eng.swapper, faces, self.enhancer),
                    CompositeWorker(eng.swapper, metrics, self.enhancer)]
-        policy = Policy.DROP_OLDEST if live else Policy.BLOCK
         depth = cfg.pipeline.live_ring_depth if live else cfg.pipeline.ring_depth
         h, w = shape
         # Frames stay in their ring-A slot until encoded: A holds its own queue plus
@@ -190,9 +189,14 @@ class SwapJob:
         # with fewer slots decode simply waits sooner; every stage still has work.
         frame_slots = depth + len(workers) * depth + len(workers) + 1
         frame_slots = max(len(workers) + 2, min(frame_slots, FRAME_RING_BYTES // (h * w * 3)))
-        rings = [Ring("A", frame_slots, {"image": ((h, w, 3), np.uint8)}, policy=policy,
-                      allocator=default_allocator())]
-        rings += [Ring(name, depth, policy=policy) for name in ("B", "C", "D")]
+        # Live: frames are dropped at the entry only (ring A keeps the newest `depth`
+        # unread), before any model has worked on them; a frame let in goes through every
+        # stage, the later rings blocking, so no stage's work is thrown away and at most
+        # `depth` frames wait between two stages.
+        entry = dict(policy=Policy.DROP_OLDEST, max_ready=depth) if live else dict(policy=Policy.BLOCK)
+        rings = [Ring("A", frame_slots, {"image": ((h, w, 3), np.uint8)}, allocator=default_allocator(),
+                      **entry)]
+        rings += [Ring(name, depth, policy=Policy.BLOCK) for name in ("B", "C", "D")]
         return Runner(source, workers, sink, rings, metrics, on_frame)
 
     def run_video(self, input_path: str, output_path: str,

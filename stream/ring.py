@@ -9,7 +9,9 @@ Back-pressure is the ring's policy:
 - `block`: `acquire` waits for a free slot; every frame is processed, in order.
 - `drop_oldest`: `acquire` never waits; with no free slot it reclaims the oldest
   published-but-unread slot (counted in `drops`), so a live pipeline keeps showing the
-  newest frames instead of building a standing queue.
+  newest frames instead of building a standing queue. With `max_ready`, publishing
+  also drops the oldest unread slots beyond that many: the consumer always takes one of
+  the newest (a live pipeline's entry).
 
 Shutdown: `close()` (the producer is done) lets the consumer drain what is published and
 then raises `EndOfStream`; `abort()` wakes every waiter at once with `PipelineAborted`, so
@@ -48,6 +50,7 @@ class Ring:
         policy: Policy = Policy.BLOCK,
         allocator: Allocator | None = None,
         on_drop: Callable[[Slot], None] | None = None,
+        max_ready: int | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"ring {name!r}: capacity must be >= 1, got {capacity}")
@@ -55,6 +58,9 @@ class Ring:
         self.capacity = capacity
         self.policy = Policy(policy)
         self.on_drop = on_drop
+        if max_ready is not None and (max_ready < 1 or self.policy is not Policy.DROP_OLDEST):
+            raise ValueError(f"ring {name!r}: max_ready needs drop_oldest and >= 1, got {max_ready}")
+        self.max_ready = max_ready
         alloc = allocator or NumpyAllocator()
         spec = spec or {}
         self.slots = [
@@ -101,6 +107,13 @@ class Ring:
                 raise PipelineAborted(f"ring {self.name} aborted") from self._abort
             self._ready.append(slot)
             self.published += 1
+            while self.max_ready is not None and len(self._ready) > self.max_ready:
+                victim = self._ready.popleft()
+                self.drops += 1
+                if self.on_drop is not None:
+                    self.on_drop(victim)
+                victim.clear()
+                self._free.append(victim)
             depth = len(self._ready)
             self._occupancy_sum += depth
             self.occupancy_max = max(self.occupancy_max, depth)

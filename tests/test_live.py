@@ -179,6 +179,11 @@ def test_a_slow_sink_drops_old_frames_instead_of_queueing(live_job: SwapJob, cam
     assert sink.seqs == sorted(sink.seqs) and len(set(sink.seqs)) == len(sink.seqs)
     for ring in rep["rings"].values():
         assert ring["max_occupancy"] <= ring["capacity"]
+    # Frames are dropped at the entry only, before any model worked on them; one frame at
+    # most waits between two stages.
+    rings = rep["rings"]
+    assert rings["A"]["drops"] == rep["drops"] and rings["A"]["max_occupancy"] == 1
+    assert all(rings[n]["drops"] == 0 and rings[n]["capacity"] == 1 for n in "BCD")
     # Under load the tracker detected less often, never beyond 4x the configured cadence.
     assert 2 < rep["live"]["detect_every_max"] <= 8
     time.sleep(0.2)

@@ -137,3 +137,21 @@ def test_take_timeout() -> None:
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="capacity"):
         Ring("r", 0)
+
+
+def test_max_ready_keeps_only_the_newest_unread_and_frees_the_rest() -> None:
+    dropped: list[int] = []
+    ring = Ring("entry", 4, policy=Policy.DROP_OLDEST, max_ready=1, on_drop=lambda s: dropped.append(s.seq))
+    for seq in range(3):
+        slot = ring.acquire()
+        assert slot is not None  # slots come back to the free list: never a reclaim here
+        slot.seq = seq
+        ring.publish(slot)
+    assert ring.drops == 2 and dropped == [0, 1]
+    assert ring.take().seq == 2
+    assert ring.occupancy_max == 1
+
+
+def test_max_ready_needs_drop_oldest() -> None:
+    with pytest.raises(ValueError, match="max_ready"):
+        Ring("x", 2, policy=Policy.BLOCK, max_ready=1)
