@@ -66,6 +66,8 @@ class PeerSession:
             await self.server.end_session(self.id)
 
     def _start_pipeline(self, _frame: Any) -> None:
+        if self.closed:  # the peer left before its first frame was handled
+            return
         self.thread = threading.Thread(target=self._run, name=f"fs-peer-{self.id}", daemon=True)
         self.thread.start()
 

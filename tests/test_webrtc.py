@@ -113,6 +113,33 @@ def test_a_peer_gets_its_camera_back_swapped(shared_job: SwapJob, camera_picture
     assert after < before - 0.03, (before, after)
 
 
+def test_two_peers_at_once_each_get_their_own_pipeline_on_shared_models(
+        shared_job: SwapJob, camera_pictures: list[np.ndarray]) -> None:
+    flipped = [cv2.flip(p, 1) for p in camera_pictures]  # a second camera, another picture
+
+    async def scenario(server: FaceServer, url: str) -> tuple[list[list[av.VideoFrame]], list[Any]]:
+        calls = [await call_server(url, PacedTrack(pics)) for pics in (camera_pictures, flipped)]
+        got = await asyncio.gather(*(frames_from(remote, 30) for _pc, _sid, remote in calls))
+        sessions = [server.sessions[sid] for _pc, sid, _remote in calls]
+        assert all(s.runner is not None and s.thread.is_alive() for s in sessions)
+        runners = [s.runner for s in sessions]
+        for pc, _sid, _remote in calls:
+            await pc.close()
+        for _pc, sid, _remote in calls:
+            assert await ended(server, sid)
+        return got, runners
+
+    (first, second), runners = serve(shared_job, scenario)
+    # Two pipelines (their own rings and trackers), one set of models.
+    assert runners[0] is not runners[1] and runners[0].rings[0] is not runners[1].rings[0]
+    trackers = [r.workers[0].tracker for r in runners]
+    assert trackers[0] is not trackers[1] and trackers[0].detector is trackers[1].detector
+    assert all(r.metrics.faces_swapped > 0 for r in runners)  # both swapped
+    # Each peer got its own camera back: the pictures are mirror images of each other.
+    a, b = first[-1].to_ndarray(format="bgr24"), second[-1].to_ndarray(format="bgr24")
+    assert np.abs(cv2.flip(a, 1).astype(int) - b).mean() < np.abs(a.astype(int) - b).mean() / 2
+
+
 def test_the_source_face_can_be_uploaded_and_changed_mid_session(
         shared_job: SwapJob, camera_pictures: list[np.ndarray], tmp_path: Path) -> None:
     # A second person: the largest face of t1.jpg, as an uploaded photo.
