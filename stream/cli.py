@@ -25,7 +25,9 @@ class CliError(Exception):
     """A usage problem found after parsing (e.g. a mapping entry without '=')."""
 
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
+def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
+    """The configuration and reporting options of a run; `server`: only those that apply
+    to `serve` (no reference photos, no output encoding, no run report)."""
     g = p.add_argument_group("configuration")
     g.add_argument("--config", metavar="NAME|PATH",
                    help="preset from configs/ (fast, quality) or a YAML file; flags below override it")
@@ -37,12 +39,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--models-dir", metavar="DIR",
                    help="folder of the neural model files (searched before $FACESTREAM_MODELS and "
                         "the per-user folder; see `facestream models`)")
-    g.add_argument("--select", choices=SELECT_MODES,
-                   help="which faces to swap: all (default), the largest, only the --reference person, "
-                        "or a --map of sources to people")
-    g.add_argument("--reference", metavar="PHOTO", help="with --select reference: a photo of the person to swap")
-    g.add_argument("--map", dest="mapping", action="append", default=[], metavar="SOURCE=REFERENCE",
-                   help="with --select mapping: put SOURCE's face on the person in REFERENCE (repeatable)")
+    if server:  # every browser brings its own faces: no reference photos here
+        g.add_argument("--select", choices=["all", "largest"],
+                       help="which faces of each camera to swap: all (default) or the largest")
+        p.set_defaults(reference=None, mapping=[], x264_preset=None, crf=None, serial=False, stats_json=None)
+    else:
+        _add_selection_options(g)
     g.add_argument("--blend", choices=BLENDS, help="feather: soft alpha edge (fast); poisson: seamless clone")
     g.add_argument("--detect-every", type=int, metavar="N", help="run face detection every N frames")
     g.add_argument("--enhance", action="store_true",
@@ -50,14 +52,25 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--enhance-every", type=int, metavar="K",
                    help="with --enhance: run it every K-th frame per face, re-pasting its last result between")
     g.add_argument("--max-faces", type=int, metavar="N", help="swap at most N faces per frame")
-    g.add_argument("--x264-preset", metavar="PRESET", help="libx264 preset of the output (ultrafast ... veryslow)")
-    g.add_argument("--crf", type=int, help="libx264 quality, 0-51 (lower is better; default 20)")
-    g.add_argument("--serial", action="store_true",
-                   help="run every stage on one thread (for comparison; staged threads are the default)")
     o = p.add_argument_group("reporting")
-    o.add_argument("--stats-json", metavar="PATH", help="also write the run's figures as JSON")
-    o.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary table")
+    if not server:
+        g.add_argument("--x264-preset", metavar="PRESET", help="libx264 preset of the output (ultrafast ... veryslow)")
+        g.add_argument("--crf", type=int, help="libx264 quality, 0-51 (lower is better; default 20)")
+        g.add_argument("--serial", action="store_true",
+                       help="run every stage on one thread (for comparison; staged threads are the default)")
+        o.add_argument("--stats-json", metavar="PATH", help="also write the run's figures as JSON")
+    o.add_argument("-q", "--quiet", action="store_true",
+                   help="no line per peer" if server else "no progress bar and no summary table")
     o.add_argument("-v", "--verbose", action="store_true", help="debug logging, with tracebacks")
+
+
+def _add_selection_options(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--select", choices=SELECT_MODES,
+                   help="which faces to swap: all (default), the largest, only the --reference person, "
+                        "or a --map of sources to people")
+    g.add_argument("--reference", metavar="PHOTO", help="with --select reference: a photo of the person to swap")
+    g.add_argument("--map", dest="mapping", action="append", default=[], metavar="SOURCE=REFERENCE",
+                   help="with --select mapping: put SOURCE's face on the person in REFERENCE (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--codec", choices=["vp8", "h264", "auto"], default="vp8",
                        help="video codec to send back when the browser offers it (default vp8: the "
                             "cheapest on a CPU here; auto: the browser's first choice)")
-    _add_run_options(serve)
+    _add_run_options(serve, server=True)
     models = sub.add_parser(
         "models", help="list the standard model files (found or missing), or fetch one",
         description="Lists each model of the catalog with the file that was found, or where to put "
@@ -313,7 +326,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"note: {note}")
 
     def say(line: str) -> None:
-        print(line, flush=True)
+        if not args.quiet:
+            print(line, flush=True)
 
     server = FaceServer(job, max_peers=args.max_peers, codec=args.codec, say=say)
     server.add_job_faces()
