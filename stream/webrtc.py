@@ -29,6 +29,7 @@ from aiortc.mediastreams import MediaStreamError
 from stream.sinks.yuv import YuvFramer
 from stream.slot import Slot
 from stream.sources.file import convert_into
+from stream.sources.live import CaptureClock
 from stream.video_info import VideoInfo
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,8 @@ class WebRtcSource:
         self._frame: av.VideoFrame | None = None
         self._arrived = 0.0
         self._ended = False
-        self._seq = 0
         self._i420: np.ndarray | None = None
-        self._t0: float | None = None
-        self._last_pts = -1
+        self.clock = CaptureClock()
         self.wait_s = 0.0  # of the last read: time spent waiting for a frame to arrive
 
     def offer(self, frame: av.VideoFrame) -> None:
@@ -98,13 +97,7 @@ class WebRtcSource:
         if self._i420 is None:
             self._i420 = np.empty((h * 3 // 2, w), np.uint8)
         convert_into(frame, image, self._i420)
-        slot.seq = self._seq
-        self._seq += 1
-        if self._t0 is None:
-            self._t0 = arrived
-        pts = max(round((arrived - self._t0) / VIDEO_TIME_BASE), self._last_pts + 1)
-        self._last_pts = pts
-        slot.pts, slot.time_base, slot.capture_time = pts, VIDEO_TIME_BASE, arrived
+        self.clock.stamp(slot, arrived)
         return True
 
     def close(self) -> None:
@@ -112,7 +105,7 @@ class WebRtcSource:
 
     def describe(self) -> dict[str, object]:
         return {"input": self.name, "frames_received": self.frames_received,
-                "frames_replaced": self.frames_replaced}
+                "frames_replaced": self.frames_replaced, "measured_fps": round(self.clock.measured_fps, 2)}
 
 
 class TrackReader:

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 LIVE_TIME_BASE = Fraction(1, 90000)
 
 
-class _CaptureClock:
+class CaptureClock:
     """pts and capture times for a live source, plus its measured frame rate."""
 
     def __init__(self) -> None:
@@ -37,8 +37,9 @@ class _CaptureClock:
         self._rate_frames = 0
         self.measured_fps = 0.0
 
-    def stamp(self, slot: Slot) -> None:
-        now = time.monotonic()
+    def stamp(self, slot: Slot, now: float | None = None) -> None:
+        """Stamp `slot` as captured at `now` (time.monotonic(); default: this moment)."""
+        now = time.monotonic() if now is None else now
         if self.t0 is None:
             self.t0 = self._rate_since = now
         pts = round((now - self.t0) / LIVE_TIME_BASE)
@@ -99,7 +100,7 @@ class WebcamSource:
         self.want = (width, height, fps)
         self.mjpg = mjpg
         self.info: VideoInfo | None = None
-        self.clock = _CaptureClock()
+        self.clock = CaptureClock()
         self._cap: cv2.VideoCapture | None = None
         self._first: np.ndarray | None = None
         self._pace: float | None = None  # seconds per frame when the "camera" is a file
@@ -215,7 +216,7 @@ class RtspSource:
         self.read_timeout = read_timeout
         self.give_up_after = give_up_after
         self.info: VideoInfo | None = None
-        self.clock = _CaptureClock()
+        self.clock = CaptureClock()
         self.reconnects = 0
         self._container: av.container.InputContainer | None = None
         self._frames = None
