@@ -15,7 +15,6 @@ HTTP API (JSON unless said):
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,8 +31,6 @@ from engines.errors import EngineError
 from stream.errors import StreamError, reason_of
 from stream.peer import PeerSession
 from stream.pipeline import PhotoFace, SwapJob
-
-log = logging.getLogger(__name__)
 
 MAX_UPLOAD_BYTES = 12 * 1024 * 1024
 MAX_FACES = 32  # uploaded faces kept (the oldest upload goes first)

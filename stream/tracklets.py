@@ -12,11 +12,12 @@ maps to, and its age. Per frame:
   landmarks' bounding box at the last detection);
 - landmarks are smoothed with a One-Euro filter so the swapped face does not jitter.
 
-Live runs detect in the background (`BackgroundDetector`): the frame due for detection
-is copied to a detection thread and tracking goes on; the boxes are merged into the
-tracks a few frames later, moved by how far each track's landmarks moved meanwhile. The
-analyse stage then never waits a whole detection (the largest per-frame cost), so no
-frame's latency carries it.
+Live runs detect in the background (`BackgroundDetector`) while there are tracks to
+follow: the frame due for detection is copied to a detection thread and tracking goes
+on; the boxes are merged into the tracks a few frames later, moved by how far each
+track's landmarks moved meanwhile. The analyse stage then never waits a whole detection
+(the largest per-frame cost), so no frame's latency carries it. With no track (the
+start, an empty scene) detection runs in line, so a face is swapped from its first frame.
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import av
@@ -17,20 +18,22 @@ from stream.webrtc import VIDEO_TIME_BASE
 
 class PacedTrack(MediaStreamTrack):
     """A video track that plays BGR pictures in a loop at `fps`, in real time: a stand-in
-    camera for a WebRTC client (the benchmark's and the tests' peer)."""
+    camera for a WebRTC client (the benchmark's and the tests' peer). Subclasses with
+    another supply of frames override `frame_at`."""
 
     kind = "video"
 
-    def __init__(self, pictures: list[np.ndarray], fps: float = 30.0) -> None:
+    def __init__(self, pictures: Sequence[np.ndarray] = (), fps: float = 30.0) -> None:
         super().__init__()
-        if not pictures:
-            raise ValueError("PacedTrack needs at least one picture")
         self.frames = [av.VideoFrame.from_ndarray(p, format="bgr24").reformat(format="yuv420p")
                        for p in pictures]
         self.fps = fps
         self.sent = 0
-        self.sent_at: list[float] = []  # monotonic send time of each frame, by index
         self._t0: float | None = None
+
+    def frame_at(self, n: int) -> av.VideoFrame | None:
+        """Frame `n` of the track; None ends it."""
+        return self.frames[n % len(self.frames)] if self.frames else None
 
     async def recv(self) -> av.VideoFrame:
         if self.readyState != "live":
@@ -41,11 +44,13 @@ class PacedTrack(MediaStreamTrack):
         due = self._t0 + self.sent / self.fps
         if due > now:
             await asyncio.sleep(due - now)
-        frame = self.frames[self.sent % len(self.frames)]
+        frame = self.frame_at(self.sent)
+        if frame is None:
+            self.stop()
+            raise MediaStreamError
         frame.pts = round(self.sent / self.fps / VIDEO_TIME_BASE)
         frame.time_base = VIDEO_TIME_BASE
         self.sent += 1
-        self.sent_at.append(time.monotonic())
         return frame
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import av  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import pyvirtualcam  # noqa: E402
@@ -40,6 +41,7 @@ from stream.demo_media import astronaut, bench_clips  # noqa: E402
 from stream.live import LiveSink, open_source  # noqa: E402
 from stream.pipeline import SwapJob  # noqa: E402
 from stream.sinks.live import VirtualCameraSink  # noqa: E402
+from stream.webrtc_client import PacedTrack  # noqa: E402
 
 
 class DiscardingCamera:
@@ -73,8 +75,6 @@ MARK_BITS, MARK_BLOCK = 12, 16  # frame number in the top-left corner: 12 blocks
 
 def stamp(frame, number: int):
     """The decoded clip frame as a new yuv420p frame with `number` drawn into its luma."""
-    import av
-
     yuv = frame.to_ndarray(format="yuv420p")
     for bit in range(MARK_BITS):
         x = bit * MARK_BLOCK
@@ -89,44 +89,24 @@ def read_stamp(frame) -> int:
                if luma[half, bit * MARK_BLOCK + half] > 125)
 
 
-class ClipTrack:
-    """The clip as a camera track, paced at its frame rate, each frame numbered."""
+class ClipTrack(PacedTrack):
+    """The clip as a camera track, paced at its frame rate, each frame numbered, each
+    send time kept (by number) for the round trip."""
 
-    def __new__(cls, clip: str, fps: float = 30.0):
-        import av
-        from aiortc import MediaStreamTrack
-        from aiortc.mediastreams import MediaStreamError
+    def __init__(self, clip: str, fps: float = 30.0) -> None:
+        super().__init__(fps=fps)
+        self.container = av.open(clip)
+        self.decoded = self.container.decode(video=0)
+        self.sent_at: list[float] = []
 
-        from stream.webrtc import VIDEO_TIME_BASE
-
-        class _Track(MediaStreamTrack):
-            kind = "video"
-
-            def __init__(self) -> None:
-                super().__init__()
-                self.container = av.open(clip)
-                self.frames = self.container.decode(video=0)
-                self.sent_at: list[float] = []
-                self.t0: float | None = None
-
-            async def recv(self):
-                n = len(self.sent_at)
-                now = time.monotonic()
-                self.t0 = now if self.t0 is None else self.t0
-                due = self.t0 + n / fps
-                if due > now:
-                    await asyncio.sleep(due - now)
-                try:
-                    frame = stamp(next(self.frames), n)
-                except StopIteration:
-                    self.container.close()
-                    self.stop()
-                    raise MediaStreamError from None
-                frame.pts, frame.time_base = round(n / fps / VIDEO_TIME_BASE), VIDEO_TIME_BASE
-                self.sent_at.append(time.monotonic())
-                return frame
-
-        return _Track()
+    def frame_at(self, n: int):
+        try:
+            frame = stamp(next(self.decoded), n)
+        except StopIteration:
+            self.container.close()
+            return None
+        self.sent_at.append(time.monotonic())
+        return frame
 
 
 def run_webrtc(job: SwapJob, clip: str) -> dict:
