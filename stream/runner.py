@@ -87,6 +87,8 @@ class Runner:
         self.stopped: str | None = None
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._ended = threading.Condition()
+        self._running = 0  # stage bodies started and not yet returned
         self._scratch: Slot | None = None
         self._decode_t = self.metrics.stage("decode")
         self._worker_t = [self.metrics.stage(w.name) for w in self.workers]
@@ -171,6 +173,29 @@ class Runner:
             self.stop(str(exc))
         except BaseException as exc:  # the run's error: keep it, stop every stage
             self._fail(name, exc)
+        finally:
+            with self._ended:
+                self._running -= 1
+                self._ended.notify_all()
+
+    def _wait_stages(self, timeout: float | None) -> bool:
+        """Wait until every stage body has returned (True) or `timeout` passes (False).
+
+        The main thread waits on this condition rather than on `Thread.join`: on Python
+        3.11 a Ctrl-C landing inside `join` can mark a still-running thread as finished
+        (the interrupted join releases the thread's own state lock), so the run would
+        close the sink and let the interpreter exit under a stage that is still inside
+        OpenCV or dlib, and the process aborts ("terminate called without an active
+        exception") instead of exiting 130.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._ended:
+            while self._running > 0:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._ended.wait(0.1 if left is None else min(left, 0.1))
+        return True
 
     def stop(self, why: str = "stop requested") -> None:
         """End the run now, from any thread: every stage stops, nothing is an error."""
@@ -227,20 +252,19 @@ class Runner:
         interrupted: BaseException | None = None
         try:
             for t in self._threads:
+                with self._ended:
+                    self._running += 1
                 t.start()
-            while any(t.is_alive() for t in self._threads):
-                for t in self._threads:
-                    t.join(0.1)
+            self._wait_stages(None)
         except KeyboardInterrupt as exc:
             interrupted = exc
             self._fail("interrupt", exc)
         finally:
-            deadline = time.monotonic() + JOIN_GRACE_S
-            for t in self._threads:
-                t.join(max(0.0, deadline - time.monotonic()))
-            stuck = [t.name for t in self._threads if t.is_alive()]
-            if stuck:
+            if not self._wait_stages(JOIN_GRACE_S):
+                stuck = [t.name for t in self._threads if t.is_alive()]
                 log.warning("stages still running after stop: %s", ", ".join(stuck))
+            for t in self._threads:  # each has left its body: only the thread's own exit is left
+                t.join(JOIN_GRACE_S)
             self.metrics.finish()
             self._close_all()
         if interrupted is not None:

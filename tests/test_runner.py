@@ -1,6 +1,7 @@
 """The staged runner: order, end of stream, errors stopping every stage, serial parity."""
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -139,3 +140,43 @@ def test_fewer_frame_slots_than_downstream_room_still_flows(frame_slots: int) ->
     rings += [Ring(f"R{i}", 4) for i in range(3)]
     Runner(CountingSource(100), workers, sink, rings, Metrics()).run(staged=True)
     assert [f[0] for f in sink.frames] == list(range(100))
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_ctrl_c_waits_for_a_stage_inside_a_long_call_before_closing(staged: bool) -> None:
+    # A stage inside a long native call (OpenCV, dlib) when Ctrl-C comes: the run must
+    # not close the sink, nor return, until that call is over. Serial mode has a single
+    # thread, so the interrupt always lands while the main thread waits on it (the case
+    # where Python 3.11's Thread.join marks a running thread as finished).
+    inside = threading.Event()
+    busy = [False]
+
+    class SlowWorker(AddWorker):
+        def process(self, item: Slot, out: Slot) -> None:
+            busy[0] = True
+            inside.set()
+            time.sleep(0.6)  # stands for the native call (releases the GIL, ignores the abort)
+            busy[0] = False
+            super().process(item, out)
+
+    class CheckingSink(ListSink):
+        busy_at_close: bool | None = None
+
+        def close(self) -> None:
+            self.busy_at_close = busy[0]
+            super().close()
+
+    main = threading.get_ident()
+
+    def interrupt() -> None:
+        inside.wait(10)
+        time.sleep(0.1)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    sink = CheckingSink()
+    runner = _runner(CountingSource(10_000), [SlowWorker("slow", 1)], sink)
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(staged=staged)
+    assert sink.closed and sink.busy_at_close is False
+    assert not [t for t in threading.enumerate() if t.name.startswith("fs-") and t.is_alive()]
