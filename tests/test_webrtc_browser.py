@@ -92,6 +92,7 @@ def fake_camera(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield path
 
 
+GRABS = 5
 GRAB = """() => {
   const v = document.getElementById('remote');
   const c = document.createElement('canvas');
@@ -138,7 +139,12 @@ def test_the_page_swaps_the_browser_camera(codec: str, loopback_ice: None, fake_
             page.wait_for_function("Number(document.getElementById('faces-swapped').textContent) > 20",
                                    timeout=30_000)
             figures = {k: page.inner_text(f"#{k}") for k in ("fps-in", "fps-out", "latency", "codec")}
-            returned = _decode(page.evaluate(GRAB))
+            # Several frames a little apart: one picture of a live video can be a poor one
+            # (a keyframe after a loss, the encoder starved on a busy machine).
+            returned = []
+            for _ in range(GRABS):
+                returned.append(_decode(page.evaluate(GRAB)))
+                page.wait_for_timeout(250)
             sessions = srv.call(lambda: list(srv.server.sessions))
             assert len(sessions) == 1
             page.click("#stop")
@@ -148,7 +154,7 @@ def test_the_page_swaps_the_browser_camera(codec: str, loopback_ice: None, fake_
         finally:
             browser.close()
     assert left == 0  # Stop ended the server's session
-    assert returned.shape == (480, 640, 3)
+    assert all(r.shape == (480, 640, 3) for r in returned)
     assert float(figures["fps-out"]) > 1 and "/" in figures["latency"]
     assert figures["codec"].lower().startswith(codec) and "640" in figures["codec"]  # what was sent back
     identity = Identity()
@@ -157,5 +163,6 @@ def test_the_page_swaps_the_browser_camera(codec: str, loopback_ice: None, fake_
     original = next(iter(pan_zoom_frames(single_face_picture()[0], 30, (640, 480), zoom=(1.8, 2.0),
                                          centre=single_face_picture()[1], sweep=20.0)))
     (before,) = identity.distance_to(original, target)
-    after = identity.distance_to(returned, target)
-    assert len(after) == 1 and after[0] < before - 0.03, (before, after)
+    after = [d for r in returned for d in identity.distance_to(r, target)]
+    assert len(after) >= GRABS - 1, after  # one face in (nearly) every picture
+    assert float(np.median(after)) < before - 0.03, (before, after)
