@@ -260,11 +260,12 @@ class Runner:
             interrupted = exc
             self._fail("interrupt", exc)
         finally:
-            if not self._wait_stages(JOIN_GRACE_S):
+            if self._wait_stages(JOIN_GRACE_S):
+                for t in self._threads:  # each has left its body: only the thread's exit is left
+                    t.join(JOIN_GRACE_S)
+            else:
                 stuck = [t.name for t in self._threads if t.is_alive()]
                 log.warning("stages still running after stop: %s", ", ".join(stuck))
-            for t in self._threads:  # each has left its body: only the thread's own exit is left
-                t.join(JOIN_GRACE_S)
             self.metrics.finish()
             self._close_all()
         if interrupted is not None:
