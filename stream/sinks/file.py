@@ -11,7 +11,7 @@ import av
 import numpy as np
 
 from stream.config import EncodeConfig
-from stream.errors import SinkError, SourceError, reason_of
+from stream.errors import SinkError, SourceError, close_quietly, reason_of
 from stream.sinks.yuv import YuvFramer
 from stream.slot import Slot
 from stream.video_info import VideoInfo
@@ -20,14 +20,6 @@ log = logging.getLogger(__name__)
 
 # Encoders that understand x264-style rate control; others only get the preset.
 _CRF_CODECS = {"libx264", "libx265"}
-
-
-def _close_quietly(container: av.container.Container) -> None:
-    """Close a container whose setup failed; the setup error is the one to report."""
-    try:
-        container.close()
-    except (av.FFmpegError, OSError, ValueError) as exc:
-        log.debug("closing after a failed open: %s", exc)
 
 
 class _AudioCopy:
@@ -145,10 +137,10 @@ class FileSink:
             # preset fails here, with a clear message, and not at the first frame.
             output.start_encoding()
         except SourceError:
-            _close_quietly(output)
+            close_quietly(output)
             raise
         except (av.FFmpegError, OSError, ValueError, TypeError) as exc:
-            _close_quietly(output)
+            close_quietly(output)
             raise self._error(f"cannot be written with {self.encode.codec} "
                               f"({reason_of(exc)})") from exc
         self._output = output

@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 
 from stream.config import EncodeConfig
-from stream.errors import SinkError, StopRequested, reason_of
+from stream.errors import SinkError, StopRequested, close_quietly, reason_of
 from stream.sinks.yuv import YuvFramer
 from stream.slot import Slot
 
@@ -136,10 +136,7 @@ class RtspSink:
                              "crf": str(self.encode.crf), "forced-idr": "1", "threads": "1"}
             output.start_encoding()  # ANNOUNCE + RECORD now: an unreachable server fails here
         except BaseException:
-            try:
-                output.close()
-            except (av.FFmpegError, OSError):
-                pass
+            close_quietly(output)
             raise
         self._output, self._video = output, video
 
@@ -154,10 +151,7 @@ class RtspSink:
     def _drop_connection(self, why: str) -> None:
         output, self._output, self._video = self._output, None, None
         if output is not None:
-            try:
-                output.close()
-            except (av.FFmpegError, OSError):
-                pass
+            close_quietly(output)
         if self._lost_since is None:
             self._lost_since = time.monotonic()
             log.warning("%s: connection lost (%s); retrying", self.name, why)
@@ -208,10 +202,7 @@ class RtspSink:
         except (av.FFmpegError, OSError):
             pass
         finally:
-            try:
-                output.close()
-            except (av.FFmpegError, OSError):
-                pass
+            close_quietly(output)
 
 
 class PreviewSink:

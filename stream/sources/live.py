@@ -16,7 +16,7 @@ import av
 import cv2
 import numpy as np
 
-from stream.errors import SourceError, reason_of
+from stream.errors import SourceError, close_quietly, reason_of
 from stream.slot import Slot
 from stream.sources.file import convert_into
 from stream.video_info import VideoInfo
@@ -251,10 +251,7 @@ class RtspSource:
     def _disconnect(self) -> None:
         container, self._container, self._frames = self._container, None, None
         if container is not None:
-            try:
-                container.close()
-            except (av.FFmpegError, OSError):
-                pass
+            close_quietly(container)
 
     def open(self) -> VideoInfo:
         deadline = time.monotonic() + self.open_timeout

@@ -13,6 +13,8 @@ import av
 import numpy as np
 import pytest
 
+from stream.errors import close_quietly
+
 RELAY = Path(__file__).with_name("rtsp_relay.py")
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -110,10 +112,7 @@ class Publisher(threading.Thread):
             except (av.FFmpegError, OSError):
                 pass
             finally:
-                try:
-                    out.close()
-                except (av.FFmpegError, OSError):
-                    pass
+                close_quietly(out)
 
     def stop(self) -> None:
         self.stop_event.set()
