@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import TypeAlias
 
 import cv2
@@ -19,7 +18,7 @@ import numpy.typing as npt
 from engines.errors import EngineError
 from engines.face import ImageBGR
 from engines.face_align import estimate_norm, kps5_from_landmarks68, warp_crop
-from engines.ort_runtime import OrtOptions, OrtRuntime, TensorSpec
+from engines.runtime import InferenceRuntime, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +58,9 @@ class ArcFaceEmbedder:
     name = "arcface"
     threshold = SAME_PERSON
 
-    def __init__(self, path: str | os.PathLike[str], options: OrtOptions | None = None) -> None:
-        self.path = Path(path)
-        self.runtime = OrtRuntime(path, options)
+    def __init__(self, runtime: InferenceRuntime) -> None:
+        self.path = runtime.path
+        self.runtime = runtime
         self.input_name = ""
         self.output_name = ""
         self.input_mean = 127.5
@@ -76,7 +75,7 @@ class ArcFaceEmbedder:
 
     def open(self) -> None:
         """Load the model and check its I/O: one input [N,3,112,112], one output [N,512]."""
-        if self.runtime.session is not None:
+        if self.runtime.is_open:
             return
         self.runtime.open_expecting("an ArcFace embedder ONNX file")
         ins, outs = self.runtime.inputs, self.runtime.outputs
@@ -117,7 +116,7 @@ class ArcFaceEmbedder:
 
     def forward_blob(self, blob: Blob) -> npt.NDArray[np.float32]:
         """Run the model on a prepared blob: (N, 512) raw embeddings (loops if batch-1)."""
-        if self.runtime.session is None:
+        if not self.runtime.is_open:
             self.open()
         if self.batch is None or self.batch == blob.shape[0]:
             out = self.runtime.run({self.input_name: blob}, [self.output_name])[self.output_name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Sequence
 
 import cv2
 import numpy as np
@@ -23,7 +24,6 @@ from engines.piecewise_affine import (
     prepare_mesh,
     prepare_triangulation,
 )
-from stream.config import SwapConfig
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,27 @@ REGION_MARGIN = 0.04  # target region margin, as a fraction of face size (plus 2
 MIN_FACE_PX = 4.0  # target faces with a landmark span below this are skipped
 MIN_LEVEL_PX = 40.0  # the source pyramid stops halving below this face size
 MAX_LEVELS = 5
+
+BLENDS = ("feather", "poisson")
+
+
+@dataclass
+class ClassicalOptions:
+    """The classical swapper's mask, colour transfer and blend (the `swap:` config section)."""
+
+    blend: str = "feather"  # feather (alpha) | poisson (seamlessClone)
+    feather: float = 0.12  # width of the soft mask edge, as a fraction of the face's size
+    color_transfer: bool = True  # match the source's colours to the target's skin
+    keep_mouth: bool = True  # keep the target's mouth interior when the mouth is open
+    mouth_open: float = 0.12  # lip gap / mouth width above which the mouth counts as open
+
+    def __post_init__(self) -> None:
+        if self.blend not in BLENDS:
+            raise ValueError(f"swap.blend must be one of {', '.join(BLENDS)}, got {self.blend!r}")
+        if not 0.0 <= self.feather <= 0.5:
+            raise ValueError(f"swap.feather must be in [0, 0.5], got {self.feather}")
+        if self.mouth_open <= 0:
+            raise ValueError(f"swap.mouth_open must be > 0, got {self.mouth_open}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,9 +106,11 @@ class ClassicalSwapper:
 
     name = "classical"
 
-    def __init__(self, config: SwapConfig) -> None:
-        self.config = config
-        self.calls: dict[str, int] = {"warp": 0, "paste": 0, "skipped": 0}
+    def __init__(self, config: ClassicalOptions | None = None) -> None:
+        self.config = config or ClassicalOptions()
+        self.calls = 0  # faces warped (the swap itself)
+        self.pastes = 0
+        self.skipped = 0  # faces with no usable region (off-frame, degenerate landmarks)
 
     def open(self) -> None:
         """Nothing to load: the classical swapper has no model file."""
@@ -160,17 +183,22 @@ class ClassicalSwapper:
         lm = _check_landmarks(face.landmarks)
         region = None if lm is None else self.face_region(frame.shape, lm)
         if lm is None or region is None:
-            self.calls["skipped"] += 1
+            self.skipped += 1
             return None
         x0, y0, x1, y1 = region
         level = source.level_for(face_size(lm))
         patch, valid = forward_warp(source.levels[level], lm - np.array([x0, y0], np.float32),
                                     (x1 - x0, y1 - y0))
         if cv2.countNonZero(valid) == 0:
-            self.calls["skipped"] += 1
+            self.skipped += 1
             return None
-        self.calls["warp"] += 1
+        self.calls += 1
         return SwapResult(region=region, patch=patch, valid=valid)
+
+    def forward_many(self, frame: ImageBGR, faces: Sequence[Face],
+                     sources: Sequence[SourceFace]) -> list[SwapResult | None]:
+        """`forward` for each face of one frame (the warp has nothing to batch)."""
+        return [self.forward(frame, face, source) for face, source in zip(faces, sources)]
 
     def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
         """The composite stage: mask, colour transfer, blend, in place in `result.region` only."""
@@ -185,4 +213,4 @@ class ClassicalSwapper:
             blend_poisson(roi, patch, masks)
         else:
             blend_feather(roi, patch, masks.alpha)
-        self.calls["paste"] += 1
+        self.pastes += 1

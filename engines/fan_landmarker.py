@@ -7,8 +7,6 @@ a usable confidence.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import cv2
 import numpy as np
 import numpy.typing as npt
@@ -16,7 +14,7 @@ import numpy.typing as npt
 from engines.errors import EngineError
 from engines.face import Box, ImageBGR, Landmarks68
 from engines.frame_views import FrameViews
-from engines.ort_runtime import OrtOptions, OrtRuntime
+from engines.runtime import InferenceRuntime
 
 CROP = 256
 BOX_SIDE = 195.0
@@ -28,8 +26,8 @@ class FanLandmarker:
 
     name = "2dfan4"
 
-    def __init__(self, path: str | Path, options: OrtOptions | None = None) -> None:
-        self.runtime = OrtRuntime(path, options)
+    def __init__(self, runtime: InferenceRuntime) -> None:
+        self.runtime = runtime
         self.calls = 0
         self.last_scores: list[float] = []  # confidence of each face of the last call
         self._input = "input"

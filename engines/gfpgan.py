@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeAlias
 
 import cv2
@@ -31,8 +29,8 @@ from engines.face import Face, ImageBGR, SwapResult
 from engines.face_align import Affine, estimate_norm, warp_crop
 from engines.inswapper import CROP_SIZE as SWAP_CROP_SIZE
 from engines.inswapper import InSwapper, _as_kps5, _white, prepare_paste_mask
-from engines.ort_runtime import OrtOptions, OrtRuntime, TensorSpec
 from engines.region_warp import warp_affine_region
+from engines.runtime import InferenceRuntime, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +68,12 @@ class GfpganEnhancer:
 
     name = "gfpgan"
 
-    def __init__(self, path: str | os.PathLike[str], options: OrtOptions | None = None, every: int = 1) -> None:
+    def __init__(self, runtime: InferenceRuntime, every: int = 1) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"enhancer cadence 'every' must be a whole number >= 1, got {every!r}")
-        self.path = Path(path)
+        self.path = runtime.path
         self.every = every
-        self.runtime = OrtRuntime(path, options)
+        self.runtime = runtime
         self.reused = 0  # re-pastes of a cached crop (calls that skipped the model)
         self._dtype: type[np.floating] = np.float32
         self._tracks: OrderedDict[int, _TrackCache] = OrderedDict()
@@ -87,11 +85,11 @@ class GfpganEnhancer:
 
     @property
     def loaded(self) -> bool:
-        return self.runtime.session is not None
+        return self.runtime.is_open
 
     def open(self) -> None:
         """Load the model and check its I/O: a one-line EngineError naming the file otherwise."""
-        if self.runtime.session is not None:
+        if self.runtime.is_open:
             return
         self.runtime.open_expecting("a GFPGAN 1.4 ONNX file")
         ins = {i.name: i for i in self.runtime.inputs}
@@ -131,7 +129,7 @@ class GfpganEnhancer:
 
     def forward_blob(self, blob: Blob) -> npt.NDArray[np.floating]:
         """Run the model: `output` (1, 3, 512, 512), nominally in [-1, 1]."""
-        if self.runtime.session is None:
+        if not self.runtime.is_open:
             self.open()
         return self.runtime.run({INPUT: blob}, [OUTPUT])[OUTPUT]
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
-from pathlib import Path
 from typing import TypeAlias
 
 import cv2
@@ -23,8 +21,8 @@ import numpy.typing as npt
 from engines.errors import EngineError
 from engines.face import Face, ImageBGR, SwapResult
 from engines.face_align import Affine, estimate_norm, kps5_from_landmarks68, warp_crop
-from engines.ort_runtime import OrtOptions, OrtRuntime, TensorSpec
 from engines.region_warp import warp_affine_region
+from engines.runtime import InferenceRuntime, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +47,9 @@ class InSwapper:
 
     name = "inswapper"
 
-    def __init__(self, path: str | os.PathLike[str], options: OrtOptions | None = None) -> None:
-        self.path = Path(path)
-        self.runtime = OrtRuntime(path, options)
+    def __init__(self, runtime: InferenceRuntime) -> None:
+        self.path = runtime.path
+        self.runtime = runtime
         self.emap: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
         self.batch: int | None = 1  # None when the export takes any batch size
         self._dtypes: dict[str, type[np.floating]] = {TARGET: np.float32, SOURCE: np.float32}
@@ -63,7 +61,7 @@ class InSwapper:
 
     def open(self) -> None:
         """Load the model, check its I/O and read `emap` (the graph's last initializer)."""
-        if self.runtime.session is not None:
+        if self.runtime.is_open:
             return
         self.runtime.open_expecting("an inswapper_128 ONNX file")
         ins = {i.name: i for i in self.runtime.inputs}
@@ -113,7 +111,7 @@ class InSwapper:
 
         Depends on the source face only: compute it once per source and cache it.
         """
-        if self.runtime.session is None:
+        if not self.runtime.is_open:
             self.open()
         emb = np.asarray(embedding, dtype=np.float32).ravel()
         if emb.shape != (LATENT_DIM,):
@@ -136,7 +134,7 @@ class InSwapper:
 
     def forward_blob(self, blob: Blob, latent: Latent) -> npt.NDArray[np.floating]:
         """Run the model: `output` (N, 3, 128, 128) for N target blobs and N (or 1) latents."""
-        if self.runtime.session is None:
+        if not self.runtime.is_open:
             self.open()
         n = blob.shape[0]
         if latent.shape[0] != n:

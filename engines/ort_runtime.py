@@ -1,4 +1,4 @@
-"""ONNX Runtime behind the runtime protocol: named inputs in, named outputs out.
+"""ONNX Runtime behind the inference-runtime protocol (engines.runtime): named inputs in, named outputs out.
 
 Providers are chosen by name or `auto` among those installed, best first (TensorRT EP,
 CUDA, DirectML, CoreML, OpenVINO, CPU). CPU thread counts follow the machine.
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from engines.errors import EngineError, ModelNotFound
+from engines.runtime import HostAllocator, RuntimeOptions, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -42,35 +42,6 @@ SHORT_NAMES = {
     "openvino": "OpenVINOExecutionProvider",
     "cpu": "CPUExecutionProvider",
 }
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One input or output of a model: its name, shape (None for a dynamic axis), type."""
-
-    name: str
-    shape: tuple[int | None, ...]
-    dtype: str
-
-
-@dataclass
-class OrtOptions:
-    """How a session is made: providers, threads and provider options."""
-
-    providers: str | list[str] = "auto"  # "auto", a short name ("cuda"), or a list of names
-    intra_threads: int = 0  # 0: the machine's core count
-    device_id: int = 0
-    gpu_mem_limit: int | None = None  # bytes, for CUDA / TensorRT
-    trt_cache_dir: str | None = None  # TensorRT EP engine cache
-    trt_fp16: bool = False
-    extra: dict[str, dict[str, Any]] = field(default_factory=dict)
-    io_binding: bool | None = None  # None: on when the first provider is CUDA or TensorRT
-
-
-class HostAllocator(Protocol):
-    """Where host input buffers come from (`stream.allocator`'s allocators fit, by shape)."""
-
-    def empty(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray: ...
 
 
 def io_binding_device(setting: bool | None, providers: list[str]) -> str | None:
@@ -117,10 +88,10 @@ def choose_providers(wanted: str | list[str], installed: list[str]) -> list[str]
 class OrtRuntime:
     """One ONNX model file in an ONNX Runtime session; `run` maps named inputs to outputs."""
 
-    def __init__(self, path: str | os.PathLike[str], options: OrtOptions | None = None,
+    def __init__(self, path: str | os.PathLike[str], options: RuntimeOptions | None = None,
                  allocator: HostAllocator | None = None) -> None:
         self.path = Path(path)
-        self.options = options or OrtOptions()
+        self.options = options or RuntimeOptions()
         self.allocator = allocator  # for `host_buffer`; the pipeline passes its pinned one on CUDA
         self.session: Any = None
         self.inputs: list[TensorSpec] = []
@@ -129,6 +100,10 @@ class OrtRuntime:
         self.binding_device: str | None = None  # set by open(): see io_binding_device
         self.calls = 0
         self._host: dict[str, np.ndarray] = {}
+
+    @property
+    def is_open(self) -> bool:
+        return self.session is not None
 
     def open(self) -> None:
         """Create the session; a missing or non-ONNX file is a one-line EngineError."""

@@ -1,6 +1,7 @@
 """The small protocols through which the pipeline uses engines: one per model kind."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -54,6 +55,7 @@ class Embedder(Protocol):
 
 class Swapper(Protocol):
     name: str
+    calls: int  # faces swapped so far (model calls for a model that batches them)
 
     def open(self) -> None: ...
 
@@ -63,6 +65,29 @@ class Swapper(Protocol):
 
     def forward(self, frame: ImageBGR, face: Face, source: object) -> SwapResult | None:
         """The source warped onto the target face, over the face's region only."""
+        ...
+
+    def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
+        """Blend `result` into `frame`, in place, inside `result.region` only."""
+        ...
+
+    def forward_many(self, frame: ImageBGR, faces: Sequence[Face],
+                     sources: Sequence[object]) -> list[SwapResult | None]:
+        """`forward` for each face of one frame, in one model call where the model batches."""
+        ...
+
+
+class Enhancer(Protocol):
+    """Restores swapped faces (GFPGAN): run in the swap stage, pasted by the composite stage."""
+
+    calls: int
+
+    def open(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def forward(self, frame: ImageBGR, face: Face) -> SwapResult | None:
+        """The restored face of `frame` (already swapped there), over the face's region."""
         ...
 
     def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:

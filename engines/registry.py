@@ -11,7 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engines.classical_swapper import ClassicalOptions
 from engines.protocols import Detector, Embedder, Landmarker, Swapper
+from engines.runtime import RuntimeFactory, runtime_factory
 
 
 @dataclass
@@ -23,23 +25,31 @@ class EngineSet:
     landmarker: Landmarker
     embedder: Embedder
     swapper: Swapper
+    # Finds the face of a still photo (a source or reference) when `detector` does not:
+    # photos are often small, so this one looks harder (upsampled) and is run only on them.
+    photo_detector: Detector
     note: str = ""  # which family was chosen, from where, and why (printed by the CLI)
 
     def open(self) -> None:
-        for model in (self.detector, self.landmarker, self.embedder, self.swapper):
+        for model in (self.detector, self.landmarker, self.embedder, self.swapper, self.photo_detector):
             model.open()
 
     def calls(self) -> dict[str, int]:
-        swaps = getattr(self.swapper, "calls", {})
         return {
             "detect": self.detector.calls,
             "landmarks": self.landmarker.calls,
             "embed": self.embedder.calls,
-            "swap": int(swaps.get("warp", 0)) if isinstance(swaps, dict) else int(swaps),
+            "swap": self.swapper.calls,
         }
 
 
-def _build_dlib(detect: Any, swap: Any, models: Any) -> EngineSet:
+def _photo_detector() -> Detector:
+    from engines.dlib_detector import DlibHogDetector
+
+    return DlibHogDetector(max_side=2048, upsample=1)
+
+
+def _build_dlib(detect: Any, swap: ClassicalOptions, models: Any, runtime: RuntimeFactory) -> EngineSet:
     from engines.classical_swapper import ClassicalSwapper
     from engines.dlib_detector import DlibHogDetector
     from engines.dlib_embedder import DlibEmbedder
@@ -51,6 +61,7 @@ def _build_dlib(detect: Any, swap: Any, models: Any) -> EngineSet:
         landmarker=DlibLandmarker(),
         embedder=DlibEmbedder(),
         swapper=ClassicalSwapper(swap),
+        photo_detector=_photo_detector(),
         note="engine: dlib (the embedded default)",
     )
 
@@ -71,23 +82,21 @@ def _neural_files(models: Any) -> tuple[dict[str, Any], list[str]]:
     return found, missing
 
 
-def _build_neural(detect: Any, swap: Any, models: Any) -> EngineSet:
+def _build_neural(detect: Any, swap: ClassicalOptions, models: Any, runtime: RuntimeFactory) -> EngineSet:
     from engines.arcface import ArcFaceEmbedder
     from engines.catalog import find
     from engines.dlib_landmarker import DlibLandmarker
     from engines.fan_landmarker import FanLandmarker
     from engines.inswapper import InSwapper
     from engines.neural import InSwapperSwapper, ScrfdFaces
-    from engines.ort_runtime import OrtOptions
     from engines.scrfd import ScrfdDetector
 
     paths = {role: find(getattr(models, role), models.dir) for role in ("detector", "embedder", "swapper")}
     found, _ = _neural_files(models)
-    opts = OrtOptions(providers=models.providers)
-    embedder = ArcFaceEmbedder(paths["embedder"], opts)
+    embedder = ArcFaceEmbedder(runtime(paths["embedder"]))
     landmarker: Landmarker
     if found["landmarker"] is not None:
-        landmarker = FanLandmarker(found["landmarker"], opts)
+        landmarker = FanLandmarker(runtime(found["landmarker"]))
         lm_note = found["landmarker"].name
     else:
         landmarker = DlibLandmarker()
@@ -95,36 +104,43 @@ def _build_neural(detect: Any, swap: Any, models: Any) -> EngineSet:
     size = models.detect_size
     return EngineSet(
         name="neural",
-        detector=ScrfdFaces(ScrfdDetector(paths["detector"], (size, size), options=opts)),
+        detector=ScrfdFaces(ScrfdDetector(runtime(paths["detector"]), (size, size))),
         landmarker=landmarker,
         embedder=embedder,
-        swapper=InSwapperSwapper(InSwapper(paths["swapper"], opts), embedder),
+        swapper=InSwapperSwapper(InSwapper(runtime(paths["swapper"])), embedder),
+        photo_detector=_photo_detector(),
         note=(f"engine: neural ({paths['detector'].name}, {paths['embedder'].name}, "
               f"{paths['swapper'].name}, {lm_note}; from {paths['swapper'].parent})"),
     )
 
 
-def _build_auto(detect: Any, swap: Any, models: Any) -> EngineSet:
+def _build_auto(detect: Any, swap: ClassicalOptions, models: Any, runtime: RuntimeFactory) -> EngineSet:
     _, missing = _neural_files(models)
     if not missing:
-        return _build_neural(detect, swap, models)
-    chosen = _build_dlib(detect, swap, models)
+        return _build_neural(detect, swap, models, runtime)
+    chosen = _build_dlib(detect, swap, models, runtime)
     chosen.note = f"engine: dlib (the neural set is incomplete: {', '.join(missing)} not found)"
     return chosen
 
 
-ENGINES: dict[str, Callable[[Any, Any, Any], EngineSet]] = {
+ENGINES: dict[str, Callable[[Any, ClassicalOptions, Any, RuntimeFactory], EngineSet]] = {
     "auto": _build_auto,
     "dlib": _build_dlib,
     "neural": _build_neural,
 }
 
 
-def build_engines(name: str, *, detect: Any, swap: Any, models: Any) -> EngineSet:
-    """The engine family `name` for the given config sections (detect, swap, models);
-    an unknown name is a ValueError listing the known ones."""
+# The names a user may choose, in the order `--help` lists them.
+ENGINE_NAMES = tuple(ENGINES)
+
+
+def build_engines(name: str, *, detect: Any, swap: ClassicalOptions, models: Any,
+                  runtime: RuntimeFactory | None = None) -> EngineSet:
+    """The engine family `name` for the given config sections (detect, swap, models), its
+    ONNX models run by runtimes from `runtime` (ONNX Runtime with default options when
+    None); an unknown name is a ValueError listing the known ones."""
     try:
         factory = ENGINES[name]
     except KeyError:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(sorted(ENGINES))}") from None
-    return factory(detect, swap, models)
+    return factory(detect, swap, models, runtime or runtime_factory())

@@ -9,7 +9,6 @@ size, float32 decode, the stable score sort and insightface's greedy NMS with it
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from typing import TypeAlias
 
@@ -18,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engines.errors import EngineError
-from engines.ort_runtime import OrtOptions, OrtRuntime, TensorSpec
+from engines.runtime import InferenceRuntime, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +46,8 @@ class ScrfdDetector:
 
     name = "scrfd"
 
-    def __init__(self, path: str | os.PathLike[str], input_size: tuple[int, int] = (640, 640),
-                 score_threshold: float = 0.5, nms_threshold: float = 0.4,
-                 options: OrtOptions | None = None) -> None:
+    def __init__(self, runtime: InferenceRuntime, input_size: tuple[int, int] = (640, 640),
+                 score_threshold: float = 0.5, nms_threshold: float = 0.4) -> None:
         width, height = (int(v) for v in input_size)
         if width <= 0 or height <= 0 or width % STRIDES[-1] or height % STRIDES[-1]:
             raise ValueError(f"SCRFD input_size must be positive multiples of {STRIDES[-1]}; got {input_size!r}")
@@ -57,11 +55,11 @@ class ScrfdDetector:
             raise ValueError(f"score_threshold must be within [0, 1]; got {score_threshold!r}")
         if not 0.0 <= nms_threshold <= 1.0:
             raise ValueError(f"nms_threshold must be within [0, 1]; got {nms_threshold!r}")
-        self.path = path
+        self.path = runtime.path
         self.input_size = (width, height)
         self.score_threshold = float(score_threshold)
         self.nms_threshold = float(nms_threshold)
-        self.runtime = OrtRuntime(path, options)
+        self.runtime = runtime
         self._input_name = ""
         self._output_names: list[str] = []
         self._batched = False  # outputs carry a leading batch axis ([1, rows, k])

@@ -8,9 +8,13 @@ from typing import Any
 
 import yaml
 
+from engines.classical_swapper import BLENDS, ClassicalOptions
+from engines.registry import ENGINE_NAMES
+from engines.runtime import RuntimeOptions
 from stream.errors import ConfigError
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+# BLENDS and ENGINE_NAMES are defined by the engines; the CLI offers them from here too.
+__all__ = ["BLENDS", "ENGINE_NAMES", "SELECT_MODES", "Config", "load_config", "preset_names"]
 
 
 def _check(cond: bool, message: str) -> None:
@@ -76,25 +80,6 @@ class SelectConfig:
                 _check(len(pair) == 2, f"select.mapping entries are [source, reference], got {pair!r}")
 
 
-BLENDS = ("feather", "poisson")
-
-
-@dataclass
-class SwapConfig:
-    """The classical swapper: mask, colour transfer and blend."""
-
-    blend: str = "feather"  # feather (alpha) | poisson (seamlessClone)
-    feather: float = 0.12  # width of the soft mask edge, as a fraction of the face's size
-    color_transfer: bool = True  # match the source's colours to the target's skin
-    keep_mouth: bool = True  # keep the target's mouth interior when the mouth is open
-    mouth_open: float = 0.12  # lip gap / mouth width above which the mouth counts as open
-
-    def __post_init__(self) -> None:
-        _check(self.blend in BLENDS, f"swap.blend must be one of {', '.join(BLENDS)}, got {self.blend!r}")
-        _check(0.0 <= self.feather <= 0.5, f"swap.feather must be in [0, 0.5], got {self.feather}")
-        _check(self.mouth_open > 0, f"swap.mouth_open must be > 0, got {self.mouth_open}")
-
-
 @dataclass
 class EncodeConfig:
     """The H.264 encoder of file outputs."""
@@ -136,9 +121,6 @@ class EnhanceConfig:
         _check(self.every >= 1, f"enhance.every must be >= 1, got {self.every}")
 
 
-ENGINES = ("auto", "dlib", "neural")
-
-
 @dataclass
 class ModelsConfig:
     """The neural family: which catalog models, where their files are, how they run."""
@@ -148,7 +130,6 @@ class ModelsConfig:
     embedder: str = "arcface_w600k_r50"
     swapper: str = "inswapper_128"
     landmarker: str | None = "2dfan4"  # None, or its file missing: dlib's 68-point predictor
-    providers: str = "auto"  # ONNX Runtime providers: auto, cpu, cuda, tensorrt, ...
     detect_size: int = 640  # SCRFD input size (square, a multiple of 32)
 
     def __post_init__(self) -> None:
@@ -162,16 +143,17 @@ class Config:
 
     engine: str = "auto"  # auto: the neural set when its files are found, else dlib
     models: ModelsConfig = field(default_factory=ModelsConfig)
+    runtime: RuntimeOptions = field(default_factory=RuntimeOptions)
     enhance: EnhanceConfig = field(default_factory=EnhanceConfig)
     detect: DetectConfig = field(default_factory=DetectConfig)
     track: TrackConfig = field(default_factory=TrackConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
-    swap: SwapConfig = field(default_factory=SwapConfig)
+    swap: ClassicalOptions = field(default_factory=ClassicalOptions)
     encode: EncodeConfig = field(default_factory=EncodeConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
     def __post_init__(self) -> None:
-        _check(self.engine in ENGINES, f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        _check(self.engine in ENGINE_NAMES, f"engine must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -194,18 +176,36 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         return cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(f"bad config section {where or 'config'}: {exc}") from exc
+    except ValueError as exc:  # the engines' own option classes validate with ValueError
+        raise ConfigError(str(exc)) from exc
+
+
+def preset_dir() -> Path | None:
+    """Where the presets are: `stream/presets` in an installed wheel (the build maps
+    configs/ there), configs/ beside the package in a checkout or an editable install."""
+    here = Path(__file__).resolve().parent
+    for folder in (here / "presets", here.parent / "configs"):
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def preset_names() -> list[str]:
+    """The presets shipped with facestream (fast, quality, ...)."""
+    folder = preset_dir()
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder is not None else []
 
 
 def resolve_preset(name: str) -> Path:
-    """A preset is a YAML path, or a bare name found in configs/ (fast, quality, ...)."""
+    """A preset is a YAML path, or the name of a shipped preset (fast, quality, ...)."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml") and path.exists():
         return path
-    candidate = CONFIG_DIR / f"{name}.yaml"
-    if candidate.exists():
+    folder = preset_dir()
+    candidate = folder / f"{name}.yaml" if folder is not None else None
+    if candidate is not None and candidate.is_file():
         return candidate
-    known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")) if CONFIG_DIR.is_dir() else []
-    raise ConfigError(f"config {name!r} not found (a YAML path, or one of: {', '.join(known)})")
+    raise ConfigError(f"config {name!r} not found (a YAML path, or one of: {', '.join(preset_names())})")
 
 
 def load_config(preset: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -1,13 +1,6 @@
 """The exception tree of the pipeline runtime."""
 from __future__ import annotations
 
-import logging
-from typing import Any
-
-import av
-
-log = logging.getLogger(__name__)
-
 
 class StreamError(Exception):
     """Base of every error the pipeline raises on purpose; its text is one line for the user."""
@@ -49,13 +42,3 @@ def reason_of(exc: BaseException) -> str:
         return reason
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def close_quietly(container: Any) -> None:
-    """Close a PyAV container on a path that is already failing or giving up (a failed
-    open, a lost connection): an error from the close itself would only hide the first
-    one, so it is logged at debug level and dropped."""
-    try:
-        container.close()
-    except (av.FFmpegError, OSError, ValueError) as exc:
-        log.debug("closing %r: %s", container, exc)

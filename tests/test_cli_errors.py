@@ -11,9 +11,8 @@ import cv2
 import numpy as np
 import pytest
 
-from stream.demo_media import group_picture
-from tests.conftest import window_frame
-from tests.media import make_clip, probe
+from stream.media.demo_clips import group_picture
+from tests.fixtures import make_clip, probe, window_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,16 +7,31 @@ import types
 import numpy as np
 import pytest
 
-from stream.allocator import NumpyAllocator, PinnedAllocator, default_allocator
-from stream.config import CONFIG_DIR, load_config
+from stream.config import load_config, preset_names
 from stream.errors import ConfigError
-from stream.ring import Ring
+from stream.runtime.allocator import NumpyAllocator, PinnedAllocator, default_allocator
+from stream.runtime.ring import Ring
 
 
-@pytest.mark.parametrize("preset", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+@pytest.mark.parametrize("preset", preset_names())
 def test_every_preset_loads(preset: str) -> None:
     cfg = load_config(preset)
     assert cfg.detect.every >= 1 and cfg.encode.preset
+
+
+def test_the_shipped_presets_are_found() -> None:
+    assert {"fast", "quality"} <= set(preset_names())
+
+
+def test_runtime_options_come_from_the_config() -> None:
+    cfg = load_config(None, ["runtime.providers=cuda", "runtime.device_id=1", "runtime.trt_fp16=true",
+                             "runtime.trt_cache_dir=/tmp/trt", "runtime.gpu_mem_limit=1000000"])
+    assert cfg.runtime.providers == "cuda" and cfg.runtime.device_id == 1 and cfg.runtime.trt_fp16
+    assert cfg.runtime.trt_cache_dir == "/tmp/trt" and cfg.runtime.gpu_mem_limit == 1000000
+    with pytest.raises(ConfigError, match="runtime.device_id"):
+        load_config(None, ["runtime.device_id=-1"])
+    with pytest.raises(ConfigError, match="swap.blend"):
+        load_config(None, ["swap.blend=smudge"])
 
 
 def test_overrides_are_typed_and_win_over_the_preset() -> None:

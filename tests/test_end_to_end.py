@@ -10,10 +10,9 @@ import cv2
 import numpy as np
 import pytest
 
-from stream.cli import main
-from tests.conftest import BLANK_FRAMES, CLIP_FRAMES, FACE_FRAMES, window_frame
-from tests.identity import Identity
-from tests.media import probe
+from stream.cli.main import main
+from stream.job.runs import run_video
+from tests.fixtures import BLANK_FRAMES, CLIP_FRAMES, FACE_FRAMES, Identity, probe, window_frame
 
 
 def decode_all(path: Path) -> list[np.ndarray]:
@@ -165,12 +164,12 @@ def test_selection_on_a_clip(mode: str, expect_faces: int, face_clip: Path, sour
 def test_a_job_runs_several_inputs_and_reports_each_run_alone(face_clip: Path, source_photo: Path,
                                                               tmp_path: Path) -> None:
     from stream.config import load_config
-    from stream.pipeline import SwapJob
+    from stream.job.swap_job import SwapJob
 
     job = SwapJob(load_config("fast", ["detect.every=4"]), [str(source_photo)])
     job.open()
-    first = job.run_video(str(face_clip), str(tmp_path / "a.mp4")).report
-    second = job.run_video(str(face_clip), str(tmp_path / "b.mp4")).report
+    first = run_video(job, str(face_clip), str(tmp_path / "a.mp4")).report
+    second = run_video(job, str(face_clip), str(tmp_path / "b.mp4")).report
     assert first["model_calls"] == second["model_calls"]
     assert first["faces_swapped"] == second["faces_swapped"] > 0
     assert probe(tmp_path / "b.mp4")["frames"] == CLIP_FRAMES

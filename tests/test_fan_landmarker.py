@@ -10,39 +10,13 @@ from onnx import TensorProto, helper
 
 from engines.errors import EngineError
 from engines.fan_landmarker import FanLandmarker
-
-
-def _fan_model(path: Path) -> Path:
-    """Landmarks = the 68 (x, y) positions, on the 64 grid, of fixed crop pixels; heatmaps = a
-    constant per point. x, y come from a fixed table, so the decoding can be checked exactly;
-    the third column (score-like) is the mean of the input, so the input is really used."""
-    rng = np.random.default_rng(5)
-    grid_xy = rng.uniform(8, 56, size=(1, 68, 2)).astype(np.float32)
-    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 256, 256])
-    lm = helper.make_tensor_value_info("landmarks", TensorProto.FLOAT, [1, 68, 3])
-    hm = helper.make_tensor_value_info("heatmaps", TensorProto.FLOAT, [1, 68, 64, 64])
-    inits = [
-        helper.make_tensor("xy", TensorProto.FLOAT, [1, 68, 2], grid_xy.ravel()),
-        helper.make_tensor("ones", TensorProto.FLOAT, [1, 68, 1], np.ones(68, np.float32)),
-        helper.make_tensor("hm_base", TensorProto.FLOAT, [1, 68, 64, 64],
-                           np.linspace(0, 0.8, 68 * 64 * 64, dtype=np.float32)),
-    ]
-    nodes = [
-        helper.make_node("ReduceMean", ["input"], ["m"], keepdims=0),  # scalar
-        helper.make_node("Mul", ["ones", "m"], ["col"]),
-        helper.make_node("Concat", ["xy", "col"], ["landmarks"], axis=2),
-        helper.make_node("Identity", ["hm_base"], ["heatmaps"]),
-    ]
-    graph = helper.make_graph(nodes, "fan", [x], [lm, hm], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+from engines.ort_runtime import OrtRuntime
+from tests.fixtures import make_fan
 
 
 @pytest.mark.parametrize("box", [(100.0, 80.0, 200.0, 180.0), (300.0, 50.0, 420.0, 250.0)])
 def test_landmarks_come_back_in_frame_pixels(tmp_path: Path, box) -> None:
-    fan = FanLandmarker(_fan_model(tmp_path / "2dfan4.onnx"))
+    fan = FanLandmarker(OrtRuntime(make_fan(tmp_path / "2dfan4.onnx")))
     fan.open()
     image = np.random.default_rng(1).integers(0, 255, (480, 640, 3), dtype=np.uint8)
     points = fan.forward(image, box)
@@ -56,7 +30,7 @@ def test_landmarks_come_back_in_frame_pixels(tmp_path: Path, box) -> None:
 
 
 def test_the_crop_holds_the_box_pixels(tmp_path: Path) -> None:
-    fan = FanLandmarker(_fan_model(tmp_path / "2dfan4.onnx"))
+    fan = FanLandmarker(OrtRuntime(make_fan(tmp_path / "2dfan4.onnx")))
     image = np.zeros((300, 300, 3), np.uint8)
     image[100:200, 100:200] = (0, 0, 255)  # a red square: the box
     fan.prepare_crop(image, (100.0, 100.0, 200.0, 200.0))
@@ -76,5 +50,5 @@ def test_wrong_model_is_one_line_error(tmp_path: Path) -> None:
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "other.onnx"))
     with pytest.raises(EngineError, match="not a 2dfan4 landmarker") as err:
-        FanLandmarker(tmp_path / "other.onnx").open()
+        FanLandmarker(OrtRuntime(tmp_path / "other.onnx")).open()
     assert "\n" not in str(err.value)

@@ -11,12 +11,12 @@ import pytest
 
 from stream.config import EncodeConfig
 from stream.errors import SinkError, SourceError
-from stream.image_io import read_image, write_image
+from stream.media.image_io import read_image, write_image
+from stream.media.video_info import VideoInfo
+from stream.runtime.slot import Slot
 from stream.sinks.file import FileSink
-from stream.slot import Slot
 from stream.sources.file import FileSource
-from stream.video_info import VideoInfo
-from tests.media import make_clip, pattern_frame, probe
+from tests.fixtures import make_clip, pattern_frame, probe
 
 W, H = 160, 96
 

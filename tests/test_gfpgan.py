@@ -17,11 +17,12 @@ from engines.errors import EngineError, ModelNotFound
 from engines.face import Face
 from engines.face_align import TEMPLATES, estimate_norm, kps5_from_landmarks68, warp_crop
 from engines.gfpgan import CROP_SIZE, EnhancerSwitch, GfpganEnhancer
-from engines.ort_runtime import OrtOptions
-from tests.synth_gfpgan import make_gfpgan
+from engines.ort_runtime import OrtRuntime
+from engines.runtime import RuntimeOptions
+from tests.fixtures import make_gfpgan
 
 H, W = 480, 640
-CPU1 = OrtOptions(providers="cpu", intra_threads=1)
+CPU1 = RuntimeOptions(providers="cpu", intra_threads=1)
 
 
 def make_face(center: tuple[float, float] = (320.0, 240.0), span: float = 240.0, track_id: int = -1) -> Face:
@@ -62,7 +63,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def enhancer(path: Path, every: int = 1) -> GfpganEnhancer:
-    e = GfpganEnhancer(path, CPU1, every=every)
+    e = GfpganEnhancer(OrtRuntime(path, CPU1), every=every)
     e.open()
     return e
 
@@ -247,13 +248,13 @@ def test_forget_and_close_drop_the_cached_crop(models: dict[str, Path]) -> None:
 @pytest.mark.parametrize("every", [0, -1, 1.5])
 def test_bad_cadence(models: dict[str, Path], every: object) -> None:
     with pytest.raises(ValueError, match="every"):
-        GfpganEnhancer(models["identity"], CPU1, every=every)  # type: ignore[arg-type]
+        GfpganEnhancer(OrtRuntime(models["identity"], CPU1), every=every)  # type: ignore[arg-type]
 
 
 # ---- on / off ----
 
 def test_switch_loads_only_while_enabled(models: dict[str, Path]) -> None:
-    e = GfpganEnhancer(models["black"], CPU1)
+    e = GfpganEnhancer(OrtRuntime(models["black"], CPU1))
     switch = EnhancerSwitch(e)
     frame, face = smooth_frame(), make_face()
     assert not switch.enabled and e.runtime.session is None
@@ -275,7 +276,7 @@ def test_switch_loads_only_while_enabled(models: dict[str, Path]) -> None:
 
 
 def test_switch_with_a_bad_model_stays_off(tmp_path: Path) -> None:
-    switch = EnhancerSwitch(GfpganEnhancer(tmp_path / "gfpgan_1.4.onnx", CPU1))
+    switch = EnhancerSwitch(GfpganEnhancer(OrtRuntime(tmp_path / "gfpgan_1.4.onnx", CPU1)))
     with pytest.raises(ModelNotFound, match="gfpgan_1.4.onnx"):
         switch.enable()
     assert not switch.enabled and switch.enhancer.runtime.session is None
@@ -290,7 +291,7 @@ def test_switch_with_a_bad_model_stays_off(tmp_path: Path) -> None:
 ])
 def test_a_model_with_other_io_is_refused(tmp_path: Path, kwargs: dict[str, object], found: str) -> None:
     path = make_gfpgan(tmp_path / "other.onnx", **kwargs)  # type: ignore[arg-type]
-    e = GfpganEnhancer(path, CPU1)
+    e = GfpganEnhancer(OrtRuntime(path, CPU1))
     with pytest.raises(EngineError) as err:
         e.open()
     text = str(err.value)
@@ -302,9 +303,9 @@ def test_a_model_with_other_io_is_refused(tmp_path: Path, kwargs: dict[str, obje
 
 def test_missing_and_non_onnx_files(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFound, match="nope.onnx"):
-        GfpganEnhancer(tmp_path / "nope.onnx", CPU1).open()
+        GfpganEnhancer(OrtRuntime(tmp_path / "nope.onnx", CPU1)).open()
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not a model")
     with pytest.raises(EngineError, match="bad.onnx.*expected a GFPGAN 1.4 ONNX file") as err:
-        GfpganEnhancer(bad, CPU1).open()
+        GfpganEnhancer(OrtRuntime(bad, CPU1)).open()
     assert "\n" not in str(err.value)

@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 import pyvirtualcam
 
-from stream.cli import main
+from stream.cli.main import main
 from stream.config import load_config
 from stream.errors import StopRequested
-from stream.live import AdaptiveCadence, LiveSink, open_source
-from stream.pipeline import SwapJob
-from tests.identity import Identity
-from tests.media import probe
+from stream.job.cadence import AdaptiveCadence
+from stream.job.runs import run_live
+from stream.job.swap_job import SwapJob
+from stream.sinks.fanout import FanoutSink
+from stream.sources.open import open_source
+from tests.fixtures import Identity, probe
 
 
 class RecordingCamera:
@@ -53,7 +55,7 @@ except ValueError:  # already registered (module imported twice)
 
 @pytest.fixture(scope="module")
 def camera_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from stream.demo_media import make_single_face_clip
+    from stream.media.demo_clips import make_single_face_clip
 
     path = tmp_path_factory.mktemp("live") / "camera.mp4"
     make_single_face_clip(path, seconds=2.0, fps=30, size=(640, 360))
@@ -170,7 +172,7 @@ def test_a_slow_sink_drops_old_frames_instead_of_queueing(live_job: SwapJob, cam
     source = open_source(str(camera_clip))
     source.open()
     sink = SlowSink(delay=0.1)  # 10 fps out of a 30 fps camera
-    result = live_job.run_live(source, LiveSink([sink]), "slow")
+    result = run_live(live_job, source, FanoutSink([sink]), "slow")
     rep = result.report
     assert sink.closed
     assert rep["frames_in"] == 60
@@ -194,7 +196,7 @@ def test_a_stop_request_ends_the_run_cleanly(live_job: SwapJob, camera_clip: Pat
     source = open_source(str(camera_clip))
     source.open()
     sink = SlowSink(delay=0.0, stop_after=10)
-    result = live_job.run_live(source, LiveSink([sink]), "stop")
+    result = run_live(live_job, source, FanoutSink([sink]), "stop")
     assert sink.frames == 10 and sink.closed
     assert result.report["live"]["stopped"] == "sink had enough"
     assert result.report["frames_in"] < 60
@@ -204,7 +206,7 @@ def test_duration_stops_a_live_run(live_job: SwapJob, camera_clip: Path) -> None
     source = open_source(str(camera_clip))
     source.open()
     sink = SlowSink(delay=0.0)
-    result = live_job.run_live(source, LiveSink([sink]), "timed", duration=0.5)
+    result = run_live(live_job, source, FanoutSink([sink]), "timed", duration=0.5)
     assert result.report["live"]["stopped"] == "duration reached"
     assert 5 <= result.report["frames_in"] < 40  # about 15 at 30 fps
 
@@ -212,7 +214,7 @@ def test_duration_stops_a_live_run(live_job: SwapJob, camera_clip: Path) -> None
 def test_pressing_q_in_the_preview_ends_the_run(live_job: SwapJob, camera_clip: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The window itself needs a display; the key press is what is simulated here."""
-    from stream.sinks.live import PreviewSink
+    from stream.sinks.preview import PreviewSink
 
     shown: list[int] = []
     monkeypatch.setenv("DISPLAY", ":99")
@@ -223,7 +225,7 @@ def test_pressing_q_in_the_preview_ends_the_run(live_job: SwapJob, camera_clip: 
     monkeypatch.setattr(cv2, "destroyWindow", lambda *a: None)
     source = open_source(str(camera_clip))
     source.open()
-    result = live_job.run_live(source, LiveSink([PreviewSink()]), "preview")
+    result = run_live(live_job, source, FanoutSink([PreviewSink()]), "preview")
     assert result.report["live"]["stopped"] == "preview closed"
     assert len(shown) == 5 and result.report["frames_in"] < 60
 
@@ -233,21 +235,18 @@ class FakeRing:
         self.drops = 0
 
 
-class FakeRunner:
-    def __init__(self) -> None:
-        self.rings = [FakeRing()]
-        self.workers = [type("W", (), {"tracker": type("T", (), {"detect_every": 3})()})()]
+class FakeTracker:
+    detect_every = 3
 
 
 def test_cadence_backs_off_under_drops_and_returns_when_calm() -> None:
-    runner = FakeRunner()
-    cadence = AdaptiveCadence(runner, base_every=3)  # type: ignore[arg-type]
-    tracker = runner.workers[0].tracker
+    tracker, ring = FakeTracker(), FakeRing()
+    cadence = AdaptiveCadence(tracker, [ring], base_every=3)  # type: ignore[arg-type]
     now = 100.0
     cadence.on_frame(now)
     for drops_per_second, expect in [(5, 6), (5, 12), (5, 12), (0, 12), (0, 12), (0, 6),
                                      (0, 6), (0, 6), (0, 3), (0, 3)]:
-        runner.rings[0].drops += drops_per_second
+        ring.drops += drops_per_second
         for _ in range(30):  # a second of frames
             now += 0.034
             cadence.on_frame(now)

@@ -12,14 +12,14 @@ import cv2
 import numpy as np
 import pytest
 
-from stream.cli import main
-from tests.identity import Identity
-from tests.servers.rtsp import Publisher, Reader, Relay, free_port, require_relay
+from stream.cli.main import main
+from tests.fixtures import Identity
+from tests.fixtures.rtsp import Publisher, Reader, Relay, free_port, require_relay
 
 
 @pytest.fixture(scope="module")
 def face_frames() -> list[np.ndarray]:
-    from stream.demo_media import pan_zoom_frames, single_face_picture
+    from stream.media.demo_clips import pan_zoom_frames, single_face_picture
 
     picture, centre = single_face_picture()
     return list(pan_zoom_frames(picture, 60, (640, 360), zoom=(1.8, 2.0), centre=centre, sweep=40.0))

@@ -13,7 +13,7 @@ import pytest
 from engines.catalog import CATALOG, entry, find, locate, search_dirs
 from engines.errors import EngineError, ModelNotFound
 from engines.fetch import fetch
-from stream.cli import main
+from stream.cli.main import main
 
 PAYLOAD = os.urandom(3 * (1 << 20) + 12345)  # a few chunks and a ragged tail
 

@@ -8,12 +8,8 @@ import av
 import numpy as np
 import pytest
 
-from stream.cli import main
-from tests.conftest import CLIP_FRAMES
-from tests.media import probe
-from tests.synth_face_models import make_arcface, make_inswapper
-from tests.synth_scrfd import build_scrfd_model
-from tests.test_fan_landmarker import _fan_model
+from stream.cli.main import main
+from tests.fixtures import CLIP_FRAMES, build_scrfd_model, make_arcface, make_fan, make_inswapper, probe
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +46,7 @@ def test_neural_swap_runs_end_to_end(models_dir: Path, face_clip: Path, source_p
         folder.mkdir()
         for f in models_dir.iterdir():
             (folder / f.name).symlink_to(f)
-        _fan_model(folder / "2dfan4.onnx")
+        make_fan(folder / "2dfan4.onnx")
     rep = _swap(tmp_path, face_clip, source_photo, "--engine", "neural", "--models-dir", str(folder))
     said = capsys.readouterr().out
     assert "engine: neural (det_10g.onnx, w600k_r50.onnx, inswapper_128.onnx" in said
@@ -116,7 +112,7 @@ def test_a_batching_swapper_runs_once_per_frame(models_dir: Path, face_clip: Pat
 @pytest.mark.parametrize("every", [1, 3])
 def test_enhancer_runs_on_swapped_faces_at_its_cadence(models_dir: Path, face_clip: Path, source_photo: Path,
                                                        tmp_path: Path, every: int) -> None:
-    from tests.synth_gfpgan import make_gfpgan
+    from tests.fixtures import make_gfpgan
 
     folder = tmp_path / "with_gfpgan"
     folder.mkdir()

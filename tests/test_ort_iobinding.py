@@ -19,7 +19,8 @@ from onnx import TensorProto, helper
 
 import engines.ort_runtime as ort_runtime
 from engines.errors import EngineError
-from engines.ort_runtime import OrtOptions, OrtRuntime, io_binding_device
+from engines.ort_runtime import OrtRuntime, io_binding_device
+from engines.runtime import RuntimeOptions
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 BIAS = np.array([1.0, 2.0, 3.0], np.float32)
@@ -129,7 +130,7 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> type[FakeCudaSession]:
 @pytest.mark.parametrize("providers", ["cuda", "tensorrt", "auto"])
 def test_cuda_runs_go_through_the_binding(tmp_path: Path, fake_cuda: type[FakeCudaSession],
                                           providers: str) -> None:
-    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), OrtOptions(providers=providers, device_id=1))
+    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), RuntimeOptions(providers=providers, device_id=1))
     rt.open()
     assert rt.binding_device == "cuda"
     # Not C-contiguous on purpose: the runtime must hand the binding a contiguous array.
@@ -153,7 +154,7 @@ def test_cuda_runs_go_through_the_binding(tmp_path: Path, fake_cuda: type[FakeCu
 
 
 def test_a_subset_of_outputs_binds_only_those(tmp_path: Path, fake_cuda: type[FakeCudaSession]) -> None:
-    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), OrtOptions(providers="cuda"))
+    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), RuntimeOptions(providers="cuda"))
     out = rt.run({"x": np.ones((2, 3), np.float32)}, ["z"])  # run() opens the session itself
     assert list(out) == ["z"]
     np.testing.assert_array_equal(out["z"], np.full((2, 3), 2.0))
@@ -162,7 +163,7 @@ def test_a_subset_of_outputs_binds_only_those(tmp_path: Path, fake_cuda: type[Fa
 
 
 def test_binding_can_be_turned_off_on_cuda(tmp_path: Path, fake_cuda: type[FakeCudaSession]) -> None:
-    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), OrtOptions(providers="cuda", io_binding=False))
+    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), RuntimeOptions(providers="cuda", io_binding=False))
     rt.open()
     assert rt.binding_device is None
     rt.run({"x": np.zeros((1, 3), np.float32)})
@@ -170,7 +171,7 @@ def test_binding_can_be_turned_off_on_cuda(tmp_path: Path, fake_cuda: type[FakeC
 
 
 def test_cpu_first_keeps_the_plain_run(tmp_path: Path, fake_cuda: type[FakeCudaSession]) -> None:
-    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), OrtOptions(providers="cpu"))
+    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), RuntimeOptions(providers="cpu"))
     rt.open()
     assert rt.binding_device is None
     out = rt.run({"x": np.zeros((1, 3), np.float32)})
@@ -181,7 +182,7 @@ def test_cpu_first_keeps_the_plain_run(tmp_path: Path, fake_cuda: type[FakeCudaS
 def test_a_binding_that_loses_outputs_is_an_error(tmp_path: Path, fake_cuda: type[FakeCudaSession],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(FakeBinding, "copy_outputs_to_cpu", lambda self: [])
-    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), OrtOptions(providers="cuda"))
+    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), RuntimeOptions(providers="cuda"))
     with pytest.raises(EngineError, match="add.onnx.*0 outputs for 2 bound"):
         rt.run({"x": np.zeros((1, 3), np.float32)})
 
@@ -189,7 +190,7 @@ def test_a_binding_that_loses_outputs_is_an_error(tmp_path: Path, fake_cuda: typ
 def test_real_iobinding_on_the_cpu(tmp_path: Path) -> None:
     """The bound path through ONNX Runtime's own IOBinding (outputs on the CPU here)."""
     rt = OrtRuntime(_add_model(tmp_path / "add.onnx"),
-                    OrtOptions(providers="cpu", intra_threads=1, io_binding=True))
+                    RuntimeOptions(providers="cpu", intra_threads=1, io_binding=True))
     rt.open()
     assert rt.binding_device == "cpu"
     for n in (1, 4):  # dynamic batch: outputs are allocated at each run's shape
@@ -212,7 +213,7 @@ class RecordingAllocator:
 
 def test_host_buffers_come_from_the_allocator_and_are_reused(tmp_path: Path) -> None:
     alloc = RecordingAllocator()
-    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), OrtOptions(providers="cpu", intra_threads=1),
+    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), RuntimeOptions(providers="cpu", intra_threads=1),
                     allocator=alloc)
     a = rt.host_buffer("x", (2, 3))
     a[:] = 1.0

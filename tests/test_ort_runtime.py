@@ -9,7 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from engines.errors import EngineError, ModelNotFound
-from engines.ort_runtime import OrtOptions, OrtRuntime, choose_providers
+from engines.ort_runtime import OrtRuntime, choose_providers
+from engines.runtime import RuntimeOptions
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 
@@ -42,7 +43,7 @@ def _add_model(path: Path) -> Path:
 
 
 def test_named_inputs_and_outputs(tmp_path: Path) -> None:
-    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), OrtOptions(providers="cpu", intra_threads=1))
+    rt = OrtRuntime(_add_model(tmp_path / "add.onnx"), RuntimeOptions(providers="cpu", intra_threads=1))
     rt.open()
     assert [i.name for i in rt.inputs] == ["x"] and rt.inputs[0].shape == (None, 3)
     out = rt.run({"x": np.zeros((2, 3), np.float32)})

@@ -19,9 +19,10 @@ from engines.arcface import ArcFaceEmbedder
 from engines.errors import EngineError
 from engines.face_align import TEMPLATES, estimate_norm, kps5_from_landmarks68, warp_crop
 from engines.inswapper import InSwapper
+from engines.ort_runtime import OrtRuntime
 from engines.region_warp import exact_scheme
-from stream.demo_media import astronaut, group_picture
-from tests.synth_face_models import make_arcface, make_inswapper
+from stream.media.demo_clips import astronaut, group_picture
+from tests.fixtures import make_arcface, make_inswapper
 
 # skimage 0.26 deprecates SimilarityTransform.estimate, which insightface 2.1 still calls.
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -129,7 +130,7 @@ def test_estimate_norm_equals_insightface(scenes: list[Scene], size: int, templa
 @pytest.mark.parametrize("model", ["arcface.onnx", "arcface_mxnet.onnx"])
 def test_arcface_embedding_parity(scenes: list[Scene], model_dir: Path, model: str) -> None:
     theirs = _insightface_model(model_dir / model)
-    ours = ArcFaceEmbedder(model_dir / model)
+    ours = ArcFaceEmbedder(OrtRuntime(model_dir / model))
     ours.open()
     assert (ours.input_mean, ours.input_std) == (theirs.input_mean, theirs.input_std)
     worst = 0.0
@@ -151,7 +152,7 @@ def test_arcface_embedding_parity(scenes: list[Scene], model_dir: Path, model: s
 
 
 def test_arcface_prepare_input_layout(scenes: list[Scene], model_dir: Path) -> None:
-    ours = ArcFaceEmbedder(model_dir / "arcface.onnx")
+    ours = ArcFaceEmbedder(OrtRuntime(model_dir / "arcface.onnx"))
     ours.open()
     scene = scenes[1]
     blob = ours.prepare_input(scene.image, scene.kps)
@@ -162,7 +163,7 @@ def test_arcface_prepare_input_layout(scenes: list[Scene], model_dir: Path) -> N
 
 
 def test_arcface_distance_and_calls(scenes: list[Scene], model_dir: Path) -> None:
-    ours = ArcFaceEmbedder(model_dir / "arcface.onnx")
+    ours = ArcFaceEmbedder(OrtRuntime(model_dir / "arcface.onnx"))
     ours.open()
     a = ours.forward(scenes[0].image, scenes[0].kps[0])
     b = ours.forward(scenes[1].image, scenes[1].kps[0])
@@ -184,7 +185,7 @@ def test_arcface_distance_and_calls(scenes: list[Scene], model_dir: Path) -> Non
 
 @pytest.fixture(scope="module")
 def source_embedding(scenes: list[Scene], model_dir: Path) -> np.ndarray:
-    emb = ArcFaceEmbedder(model_dir / "arcface.onnx")
+    emb = ArcFaceEmbedder(OrtRuntime(model_dir / "arcface.onnx"))
     emb.open()
     return emb.forward(scenes[0].image, scenes[0].kps[0])
 
@@ -192,7 +193,7 @@ def source_embedding(scenes: list[Scene], model_dir: Path) -> np.ndarray:
 @pytest.mark.parametrize("model", ["inswapper.onnx", "inswapper_fp16.onnx", "inswapper_dyn.onnx"])
 def test_inswapper_parity(scenes: list[Scene], model_dir: Path, source_embedding: np.ndarray, model: str) -> None:
     theirs = _insightface_model(model_dir / model)
-    ours = InSwapper(model_dir / model)
+    ours = InSwapper(OrtRuntime(model_dir / model))
     ours.open()
     np.testing.assert_array_equal(ours.emap, theirs.emap.astype(np.float32))
     source = _face(embedding=source_embedding)
@@ -242,7 +243,7 @@ def test_inswapper_parity(scenes: list[Scene], model_dir: Path, source_embedding
 
 
 def test_inswapper_edge_region_is_clipped(scenes: list[Scene], model_dir: Path, source_embedding: np.ndarray) -> None:
-    ours = InSwapper(model_dir / "inswapper.onnx")
+    ours = InSwapper(OrtRuntime(model_dir / "inswapper.onnx"))
     ours.open()
     edge = next(s for s in scenes if s.name == "edge")
     result = ours.forward(edge.image, edge.kps[0], ours.prepare_source(source_embedding))
@@ -255,7 +256,7 @@ def test_inswapper_edge_region_is_clipped(scenes: list[Scene], model_dir: Path, 
 @pytest.mark.parametrize("model, runs", [("inswapper.onnx", 6), ("inswapper_dyn.onnx", 1)])
 def test_inswapper_forward_many(scenes: list[Scene], model_dir: Path, source_embedding: np.ndarray,
                                 model: str, runs: int) -> None:
-    ours = InSwapper(model_dir / model)
+    ours = InSwapper(OrtRuntime(model_dir / model))
     ours.open()
     scene = scenes[1]
     latent = ours.prepare_source(source_embedding)
@@ -268,7 +269,7 @@ def test_inswapper_forward_many(scenes: list[Scene], model_dir: Path, source_emb
 
 
 def test_source_latent_depends_on_source_only(model_dir: Path, source_embedding: np.ndarray) -> None:
-    ours = InSwapper(model_dir / "inswapper.onnx")
+    ours = InSwapper(OrtRuntime(model_dir / "inswapper.onnx"))
     ours.open()
     latent = ours.prepare_source(source_embedding)
     np.testing.assert_allclose(np.linalg.norm(latent), 1.0, atol=1e-6)
@@ -287,7 +288,7 @@ def test_source_latent_depends_on_source_only(model_dir: Path, source_embedding:
     (InSwapper, "inswapper_badnames.onnx", "target [1,3,128,128]"),
 ])
 def test_bad_model_files(model_dir: Path, cls: type, model: str, expected: str) -> None:
-    engine = cls(model_dir / model)
+    engine = cls(OrtRuntime(model_dir / model))
     with pytest.raises(EngineError) as info:
         engine.open()
     text = str(info.value)

@@ -17,17 +17,18 @@ import pytest
 from onnx import TensorProto, helper
 
 from engines.errors import EngineError, ModelNotFound
-from engines.ort_runtime import OrtOptions
+from engines.ort_runtime import OrtRuntime
+from engines.runtime import RuntimeOptions
 from engines.scrfd import ScrfdDetector
-from stream.demo_media import astronaut, group_picture
-from tests.synth_scrfd import build_scrfd_model
+from stream.media.demo_clips import astronaut, group_picture
+from tests.fixtures import build_scrfd_model
 
 insightface_scrfd = pytest.importorskip("insightface.model_zoo.scrfd")
 
 log = logging.getLogger(__name__)
 
 TOLERANCE_PX = 0.01
-CPU = OrtOptions(providers="cpu")
+CPU = RuntimeOptions(providers="cpu")
 
 
 def tall_crop() -> np.ndarray:
@@ -87,7 +88,7 @@ def assert_same(ours: tuple[np.ndarray, np.ndarray], theirs: tuple[np.ndarray, n
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_parity_with_insightface(model_path: Path, size: tuple[int, int]) -> None:
-    ours = ScrfdDetector(model_path, input_size=size, options=CPU)
+    ours = ScrfdDetector(OrtRuntime(model_path, CPU), input_size=size)
     ours.open()
     theirs = reference(model_path, size)
     for name, make in IMAGES.items():
@@ -99,7 +100,7 @@ def test_parity_with_insightface(model_path: Path, size: tuple[int, int]) -> Non
 def test_blob_matches_insightface(model_path: Path) -> None:
     """The network input itself is bit-identical to insightface's (resize, pad, RGB, scale)."""
     size = (640, 480)
-    ours = ScrfdDetector(model_path, input_size=size, options=CPU)
+    ours = ScrfdDetector(OrtRuntime(model_path, CPU), input_size=size)
     theirs = reference(model_path, size)
     seen: list[np.ndarray] = []
     original = theirs.forward
@@ -119,7 +120,7 @@ def test_blob_matches_insightface(model_path: Path) -> None:
 
 def test_synthetic_model_exercises_nms(model_path: Path) -> None:
     """The stand-in must make the comparison meaningful: detections, and overlaps to suppress."""
-    det = ScrfdDetector(model_path, options=CPU)
+    det = ScrfdDetector(OrtRuntime(model_path, CPU))
     det.open()
     for make in (astronaut, group_picture):
         image = make()
@@ -133,7 +134,7 @@ def test_synthetic_model_exercises_nms(model_path: Path) -> None:
 
 
 def test_max_num_matches_insightface(model_path: Path) -> None:
-    ours = ScrfdDetector(model_path, options=CPU)
+    ours = ScrfdDetector(OrtRuntime(model_path, CPU))
     theirs = reference(model_path, (640, 640))
     image = group_picture()
     for metric in ("default", "max"):
@@ -142,7 +143,7 @@ def test_max_num_matches_insightface(model_path: Path) -> None:
 
 
 def test_black_image_has_no_detections(model_path: Path) -> None:
-    det = ScrfdDetector(model_path, options=CPU)
+    det = ScrfdDetector(OrtRuntime(model_path, CPU))
     black = np.zeros((480, 640, 3), np.uint8)
     dets, kps = det.forward(black)
     assert dets.shape == (0, 5) and kps.shape == (0, 5, 2)
@@ -151,7 +152,7 @@ def test_black_image_has_no_detections(model_path: Path) -> None:
 
 def test_raised_threshold_has_no_detections(model_path: Path) -> None:
     image = astronaut()
-    det = ScrfdDetector(model_path, score_threshold=0.9999, options=CPU)
+    det = ScrfdDetector(OrtRuntime(model_path, CPU), score_threshold=0.9999)
     dets, kps = det.forward(image)
     assert dets.shape == (0, 5) and kps.shape == (0, 5, 2)
     assert_same((dets, kps), reference(model_path, (640, 640), threshold=0.9999).detect(image), "threshold")
@@ -161,12 +162,12 @@ def test_not_onnx_is_engine_error(tmp_path: Path) -> None:
     path = tmp_path / "det_10g.onnx"
     path.write_bytes(b"this is not an ONNX model\n")
     with pytest.raises(EngineError, match="det_10g.onnx"):
-        ScrfdDetector(path, options=CPU).open()
+        ScrfdDetector(OrtRuntime(path, CPU)).open()
 
 
 def test_missing_file_is_model_not_found(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFound, match="nowhere.onnx"):
-        ScrfdDetector(tmp_path / "nowhere.onnx", options=CPU).open()
+        ScrfdDetector(OrtRuntime(tmp_path / "nowhere.onnx", CPU)).open()
 
 
 def _reordered_outputs(path: Path) -> Path:
@@ -200,21 +201,21 @@ BAD_MODELS: list[tuple[str, Callable[[Path], Path], str]] = [
 def test_wrong_io_is_engine_error(tmp_path: Path, make: Callable[[Path], Path], message: str) -> None:
     path = make(tmp_path / "bad_scrfd.onnx")
     with pytest.raises(EngineError, match=message) as info:
-        ScrfdDetector(path, options=CPU).open()
+        ScrfdDetector(OrtRuntime(path, CPU)).open()
     text = str(info.value)
     assert "bad_scrfd.onnx" in text and "\n" not in text
 
 
 def test_fixed_input_of_the_right_size_is_accepted(tmp_path: Path) -> None:
     path = build_scrfd_model(tmp_path / "fixed.onnx", input_hw=(320, 320))
-    ours = ScrfdDetector(path, input_size=(320, 320), options=CPU)
+    ours = ScrfdDetector(OrtRuntime(path, CPU), input_size=(320, 320))
     image = astronaut()
     assert_same(ours.forward(image), reference(path, (320, 320)).detect(image), "fixed 320")
 
 
 def test_input_name_input_is_accepted(tmp_path: Path) -> None:
     path = build_scrfd_model(tmp_path / "named_input.onnx", input_name="input")
-    ours = ScrfdDetector(path, options=CPU)
+    ours = ScrfdDetector(OrtRuntime(path, CPU))
     image = group_picture()
     assert_same(ours.forward(image), reference(path, (640, 640)).detect(image), "input name 'input'")
 
@@ -222,11 +223,11 @@ def test_input_name_input_is_accepted(tmp_path: Path) -> None:
 @pytest.mark.parametrize("size", [(630, 640), (0, 640), (-32, 32)])
 def test_input_size_must_be_multiple_of_32(size: tuple[int, int]) -> None:
     with pytest.raises(ValueError, match="multiples of 32"):
-        ScrfdDetector("unused.onnx", input_size=size)
+        ScrfdDetector(OrtRuntime("unused.onnx"), input_size=size)
 
 
 def test_anchor_centres_are_cached_and_laid_out_like_the_export(model_path: Path) -> None:
-    det = ScrfdDetector(model_path, options=CPU)
+    det = ScrfdDetector(OrtRuntime(model_path, CPU))
     det.open()
     centres = det.anchor_centres(80, 80, 8)
     assert centres is det.anchor_centres(80, 80, 8)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from stream.errors import EndOfStream, PipelineAborted
-from stream.ring import Policy, Ring
+from stream.runtime.ring import Policy, Ring
 
 
 def _fill(ring: Ring, seq: int) -> None:

@@ -8,15 +8,17 @@ import time
 import numpy as np
 import pytest
 
-from stream.metrics import Metrics
-from stream.ring import Policy, Ring
-from stream.runner import Runner
-from stream.slot import Slot
+from stream.runtime.metrics import Metrics
+from stream.runtime.ring import Policy, Ring
+from stream.runtime.runner import Runner
+from stream.runtime.slot import Slot
 
 H, W = 8, 8
 
 
 class CountingSource:
+    wait_s = 0.0
+
     def __init__(self, n: int, fail_at: int = -1) -> None:
         self.n, self.i, self.fail_at = n, 0, fail_at
         self.closed = False

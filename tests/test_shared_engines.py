@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from stream.shared_engines import Shared, exclusive
+from stream.job.shared_models import Shared, exclusive
 
 
 class Model:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from stream.analysis.one_euro import OneEuroFilter
+from stream.analysis.selection import Selector
+from stream.analysis.tracklets import Tracker, iou, landmark_box, relate, unrelate
 from stream.config import DetectConfig, SelectConfig, TrackConfig
-from stream.one_euro import OneEuroFilter
-from stream.selection import Selector
-from stream.tracklets import Tracker, iou, landmark_box, relate, unrelate
 
 rng = np.random.default_rng(7)
 TEMPLATE = rng.uniform(-0.5, 0.5, size=(68, 2)).astype(np.float32)

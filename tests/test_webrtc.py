@@ -21,14 +21,15 @@ import pytest
 from aiortc.mediastreams import MediaStreamError
 
 from stream.config import load_config
-from stream.demo_media import group_picture, single_face_picture
-from stream.pipeline import SwapJob
-from stream.serve import FaceServer, start_server
-from stream.sinks.yuv import YuvFramer
-from stream.slot import Slot
-from stream.webrtc import SwappedTrack, WebRtcSource
-from stream.webrtc_client import PacedTrack, call_server
-from tests.identity import Identity
+from stream.job.swap_job import SwapJob
+from stream.media.convert import YuvFramer
+from stream.media.demo_clips import group_picture, single_face_picture
+from stream.runtime.slot import Slot
+from stream.server.app import FaceServer, start_server
+from stream.server.client import PacedTrack, call_server
+from stream.sinks.webrtc import SwappedTrack
+from stream.sources.webrtc import WebRtcSource
+from tests.fixtures import Identity
 
 
 @pytest.fixture(autouse=True)
@@ -121,20 +122,20 @@ def test_two_peers_at_once_each_get_their_own_pipeline_on_shared_models(
         calls = [await call_server(url, PacedTrack(pics)) for pics in (camera_pictures, flipped)]
         got = await asyncio.gather(*(frames_from(remote, 30) for _pc, _sid, remote in calls))
         sessions = [server.sessions[sid] for _pc, sid, _remote in calls]
-        assert all(s.runner is not None and s.thread.is_alive() for s in sessions)
-        runners = [s.runner for s in sessions]
+        assert all(s.pipeline is not None and s.thread.is_alive() for s in sessions)
+        pipelines = [s.pipeline for s in sessions]
         for pc, _sid, _remote in calls:
             await pc.close()
         for _pc, sid, _remote in calls:
             assert await ended(server, sid)
-        return got, runners
+        return got, pipelines
 
-    (first, second), runners = serve(shared_job, scenario)
+    (first, second), pipelines = serve(shared_job, scenario)
     # Two pipelines (their own rings and trackers), one set of models.
-    assert runners[0] is not runners[1] and runners[0].rings[0] is not runners[1].rings[0]
-    trackers = [r.workers[0].tracker for r in runners]
+    assert pipelines[0] is not pipelines[1] and pipelines[0].rings[0] is not pipelines[1].rings[0]
+    trackers = [p.tracker for p in pipelines]
     assert trackers[0] is not trackers[1] and trackers[0].detector is trackers[1].detector
-    assert all(r.metrics.faces_swapped > 0 for r in runners)  # both swapped
+    assert all(p.metrics.faces_swapped > 0 for p in pipelines)  # both swapped
     # Each peer got its own camera back: the pictures are mirror images of each other.
     a, b = first[-1].to_ndarray(format="bgr24"), second[-1].to_ndarray(format="bgr24")
     assert np.abs(cv2.flip(a, 1).astype(int) - b).mean() < np.abs(a.astype(int) - b).mean() / 2
@@ -306,9 +307,9 @@ def test_fifty_connect_disconnect_cycles_leave_nothing_behind(shared_job: SwapJo
             figures["rss_end"] = _rss_mb()
             figures["started"] = server.sessions_started
             # Nothing of the ended sessions is still referenced: no session, pipeline or ring.
-            from stream.peer import PeerSession
-            from stream.ring import Ring
-            from stream.runner import Runner
+            from stream.runtime.ring import Ring
+            from stream.runtime.runner import Runner
+            from stream.server.peer import PeerSession
 
             gc.collect()
             figures["alive"] = sorted({type(o).__name__ for o in gc.get_objects()
@@ -364,7 +365,7 @@ def test_serve_command_serves_the_page_and_stops_on_ctrl_c(source_photo: Path) -
 def test_serve_on_a_busy_port_is_a_one_line_error(source_photo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import socket
 
-    from stream.cli import main
+    from stream.cli.main import main
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -382,7 +383,7 @@ def test_a_decoder_backlog_is_trimmed_and_a_keyframe_asked_for() -> None:
     import queue
     from types import SimpleNamespace
 
-    from stream.webrtc import DECODER_BACKLOG_LIMIT, TrackReader
+    from stream.sources.webrtc import DECODER_BACKLOG_LIMIT, TrackReader
 
     plis: list[int] = []
 

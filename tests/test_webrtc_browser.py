@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 
 from stream.config import load_config
-from stream.demo_media import pan_zoom_frames, single_face_picture
-from stream.pipeline import SwapJob
-from stream.serve import FaceServer, start_server
-from tests.identity import Identity
-from tests.media import write_y4m
+from stream.job.swap_job import SwapJob
+from stream.media.demo_clips import pan_zoom_frames, single_face_picture
+from stream.server.app import FaceServer, start_server
+from tests.fixtures import Identity, write_y4m
 
 CHROMIUM = "/usr/bin/chromium"
 

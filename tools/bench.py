@@ -24,15 +24,16 @@ sys.path.insert(0, str(ROOT))
 import cv2  # noqa: E402
 
 from stream.config import load_config  # noqa: E402
-from stream.demo_media import astronaut, bench_clips  # noqa: E402
-from stream.pipeline import SwapJob  # noqa: E402
+from stream.job.runs import run_video  # noqa: E402
+from stream.job.swap_job import SwapJob  # noqa: E402
+from stream.media.demo_clips import astronaut, bench_clips  # noqa: E402
 
 
 def run(config_name: str, overrides: list[str], source: str, clip: str, out: str, staged: bool) -> dict:
     cfg = load_config(config_name, [*overrides, f"pipeline.staged={'true' if staged else 'false'}"])
     job = SwapJob(cfg, [source])
     job.open()
-    return job.run_video(clip, out).report
+    return run_video(job, clip, out).report
 
 
 def stage_line(rep: dict) -> str:

@@ -17,14 +17,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from media import make_clip, pattern_frame  # noqa: E402
 
 from stream.config import EncodeConfig  # noqa: E402
+from stream.media.convert import copy_yuv420p_planes  # noqa: E402
+from stream.runtime.slot import Slot  # noqa: E402
 from stream.sinks.file import FileSink  # noqa: E402
-from stream.slot import Slot  # noqa: E402
-from stream.sources.file import FileSource, copy_yuv420p_planes  # noqa: E402
+from stream.sources.file import FileSource  # noqa: E402
+from tools.media import make_clip, pattern_frame  # noqa: E402
 
 
 def bench_decode(path: Path, threaded: bool) -> tuple[float, int]:
@@ -85,7 +84,7 @@ def bench_decode_paths(path: Path) -> tuple[float, float, float, float]:
 
 def bench_encode_paths(width: int, height: int, n: int) -> tuple[float, float]:
     """ms per frame: cv2 I420 into a reused VideoFrame vs from_ndarray(bgr24) + swscale."""
-    from stream.video_info import VideoInfo
+    from stream.media.video_info import VideoInfo
 
     image = pattern_frame(0, width, height)
     sink = FileSink("unused.mp4", VideoInfo(width, height, 30, av.time_base), EncodeConfig())

@@ -37,11 +37,13 @@ import numpy as np  # noqa: E402
 import pyvirtualcam  # noqa: E402
 
 from stream.config import load_config  # noqa: E402
-from stream.demo_media import astronaut, bench_clips  # noqa: E402
-from stream.live import LiveSink, open_source  # noqa: E402
-from stream.pipeline import SwapJob  # noqa: E402
-from stream.sinks.live import VirtualCameraSink  # noqa: E402
-from stream.webrtc_client import PacedTrack  # noqa: E402
+from stream.job.runs import run_live  # noqa: E402
+from stream.job.swap_job import SwapJob  # noqa: E402
+from stream.media.demo_clips import astronaut, bench_clips  # noqa: E402
+from stream.server.client import PacedTrack  # noqa: E402
+from stream.sinks.fanout import FanoutSink  # noqa: E402
+from stream.sinks.vcam import VirtualCameraSink  # noqa: E402
+from stream.sources.open import open_source  # noqa: E402
 
 
 class DiscardingCamera:
@@ -67,7 +69,7 @@ def run(job: SwapJob, clip: str) -> dict:
     source = open_source(clip)
     info = source.open()
     sink = VirtualCameraSink(info.width, info.height, float(info.rate), backend="bench-discard")
-    return job.run_live(source, LiveSink([sink]), "vcam").report
+    return run_live(job, source, FanoutSink([sink]), "vcam").report
 
 
 MARK_BITS, MARK_BLOCK = 12, 16  # frame number in the top-left corner: 12 blocks of 16x16 px
@@ -113,8 +115,8 @@ def run_webrtc(job: SwapJob, clip: str) -> dict:
     """The clip through `facestream serve`'s server from an aiortc client, on loopback."""
     import aioice.ice
 
-    from stream.serve import FaceServer, start_server
-    from stream.webrtc_client import call_server
+    from stream.server.app import FaceServer, start_server
+    from stream.server.client import call_server
 
     # Loopback only: candidates on 127.0.0.1 whatever interfaces this machine has.
     aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]

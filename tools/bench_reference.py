@@ -45,8 +45,9 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from stream.config import load_config  # noqa: E402
-from stream.demo_media import astronaut, bench_clips  # noqa: E402
-from stream.pipeline import SwapJob  # noqa: E402
+from stream.job.runs import run_video  # noqa: E402
+from stream.job.swap_job import SwapJob  # noqa: E402
+from stream.media.demo_clips import astronaut, bench_clips  # noqa: E402
 from tools.cost_models import build_all  # noqa: E402
 
 CPU = ["CPUExecutionProvider"]
@@ -99,7 +100,7 @@ def run_ours(config: str, models_dir: Path, source: str, clip: str, out: str) ->
     cfg = load_config(config, ["engine=neural", f"models.dir={models_dir}", "pipeline.staged=true"])
     job = SwapJob(cfg, [source])
     job.open()
-    return job.run_video(clip, out).report
+    return run_video(job, clip, out).report
 
 
 class Reference:

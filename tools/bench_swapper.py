@@ -20,9 +20,11 @@ from skimage import data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engines.classical_swapper import ClassicalSwapper  # noqa: E402
+from engines.classical_swapper import (
+    ClassicalOptions,  # noqa: E402
+    ClassicalSwapper,  # noqa: E402
+)
 from engines.face import Face  # noqa: E402
-from stream.config import SwapConfig  # noqa: E402
 
 
 def astronaut_landmarks() -> tuple[np.ndarray, np.ndarray]:
@@ -63,7 +65,7 @@ def main() -> None:
 
     print(f"cv2 {cv2.__version__}, threads {cv2.getNumThreads()}, face {args.size:.0f} px")
     for blend in ("feather", "poisson"):
-        swapper = ClassicalSwapper(SwapConfig(blend=blend))
+        swapper = ClassicalSwapper(ClassicalOptions(blend=blend))
         swapper.open()
         source = swapper.prepare_source(image, points)
         fwd: list[float] = []

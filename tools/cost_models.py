@@ -232,7 +232,7 @@ def _scrfd_trunk(g: _Graph, x: str) -> dict[int, str]:
 
 def build_scrfd(path: str | os.PathLike[str], seed: int = 0) -> Path:
     """det_10g.onnx stand-in: `input.1` [1,3,H,W] (dynamic H, W) -> 9 outputs in insightface's order."""
-    from tests.synth_scrfd import build_scrfd_model
+    from tools.synth.scrfd import build_scrfd_model
 
     with tempfile.TemporaryDirectory() as tmp:
         cheap = onnx.load(str(build_scrfd_model(Path(tmp) / "cheap.onnx", seed=seed)))

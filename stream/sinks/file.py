@@ -11,10 +11,11 @@ import av
 import numpy as np
 
 from stream.config import EncodeConfig
-from stream.errors import SinkError, SourceError, close_quietly, reason_of
-from stream.sinks.yuv import YuvFramer
-from stream.slot import Slot
-from stream.video_info import VideoInfo
+from stream.errors import SinkError, SourceError, reason_of
+from stream.media.close import close_quietly
+from stream.media.convert import YuvFramer
+from stream.media.video_info import VideoInfo
+from stream.runtime.slot import Slot
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,10 @@ class FileSink:
         self._first_pts: int | None = None
         self._last_pts: int | None = None
         self._last_gap: int | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.path)
 
     def _error(self, what: str) -> SinkError:
         return SinkError(f"output {str(self.path)!r}: {what}")

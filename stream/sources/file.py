@@ -9,21 +9,14 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
-import cv2
 import numpy as np
 
 from stream.errors import SourceError, reason_of
-from stream.slot import Slot
-from stream.video_info import VideoInfo
+from stream.media.convert import convert_into
+from stream.media.video_info import VideoInfo
+from stream.runtime.slot import Slot
 
 log = logging.getLogger(__name__)
-
-# Colour spaces cv2's I420 conversion matches (BT.601, limited range); PyAV treats
-# "unspecified" as BT.601 as well. Anything else (BT.709, full range) goes through swscale
-# so the colours stay the ones PyAV's own to_ndarray gives.
-_BT601 = {2, 5, 6}  # AVCOL_SPC_UNSPECIFIED, BT470BG, SMPTE170M
-_FULL_RANGE = 2  # AVCOL_RANGE_JPEG
-
 
 class FileSource:
     """Decodes the first video stream of a media file, one frame per `read_into` call.
@@ -44,6 +37,7 @@ class FileSource:
         self._i420: np.ndarray | None = None
         self.shortfall: str | None = None  # set at the end when frames are missing
         self._fast_frames = 0  # frames that took the I420 path (for the benchmark and logs)
+        self.wait_s = 0.0  # a file's frames are always there to decode
 
     def _error(self, what: str) -> SourceError:
         return SourceError(f"video {str(self.path)!r}: {what}")
@@ -173,43 +167,3 @@ class FileSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def copy_yuv420p_planes(frame: av.VideoFrame, i420: np.ndarray) -> None:
-    """Copy a yuv420p frame's planes into one packed (H*3/2, W) I420 buffer.
-
-    Decoded planes carry line padding (`line_size` >= width), so each plane is viewed
-    as (rows, line_size) and its visible columns copied; the views allocate nothing.
-    """
-    height, width = frame.height, frame.width
-    flat = i420.reshape(-1)
-    offset = 0
-    for plane, (w, h) in zip(frame.planes, ((width, height), (width // 2, height // 2),
-                                             (width // 2, height // 2))):
-        src = np.frombuffer(plane, np.uint8)[: plane.line_size * h].reshape(h, plane.line_size)
-        np.copyto(flat[offset:offset + w * h].reshape(h, w), src[:, :w])
-        offset += w * h
-
-
-def convert_into(frame: av.VideoFrame, image: np.ndarray, i420: np.ndarray | None) -> bool:
-    """Decoded frame -> BGR into `image`, without a frame-sized allocation when we can.
-
-    BT.601 limited-range yuv420p of the picture's size goes through `i420` (a reused
-    (H*3/2, W) buffer) and cv2; anything else (10-bit, 4:2:2, BT.709, another size)
-    through swscale, scaled to the picture's size. True when the fast path was taken.
-    """
-    h, w = image.shape[:2]
-    if (
-        i420 is not None
-        and i420.shape == (h * 3 // 2, w)
-        and frame.format.name == "yuv420p"
-        and frame.width == w
-        and frame.height == h
-        and frame.colorspace in _BT601
-        and frame.color_range != _FULL_RANGE
-    ):
-        copy_yuv420p_planes(frame, i420)
-        cv2.cvtColor(i420, cv2.COLOR_YUV2BGR_I420, dst=image)
-        return True
-    np.copyto(image, frame.to_ndarray(format="bgr24", width=w, height=h))
-    return False

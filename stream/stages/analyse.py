@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from engines.frame_views import FrameViews
-from stream.selection import Selector
-from stream.slot import Slot
-from stream.tracklets import Tracker
+from stream.analysis.selection import Selector
+from stream.analysis.tracklets import Tracker
+from stream.runtime.slot import Slot
 
 
 class AnalyseWorker:

@@ -1,11 +1,9 @@
 """The composite stage: each swapped face blended back into its frame, region by region."""
 from __future__ import annotations
 
-from typing import Any
-
-from engines.protocols import Swapper
-from stream.metrics import Metrics
-from stream.slot import Slot
+from engines.protocols import Enhancer, Swapper
+from stream.runtime.metrics import Metrics
+from stream.runtime.slot import Slot
 
 
 class CompositeWorker:
@@ -13,11 +11,11 @@ class CompositeWorker:
 
     name = "composite"
 
-    def __init__(self, swapper: Swapper, metrics: Metrics, enhancer: Any = None) -> None:
+    def __init__(self, swapper: Swapper, metrics: Metrics, enhancer: Enhancer | None = None) -> None:
         self.swapper = swapper
         self.metrics = metrics
         # what the swap stage hands over was made by the enhancer when there is one
-        self.paster = enhancer if enhancer is not None else swapper
+        self.paster: Swapper | Enhancer = enhancer if enhancer is not None else swapper
 
     def process(self, item: Slot, out: Slot) -> None:
         image = item.image

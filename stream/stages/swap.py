@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from engines.protocols import Swapper
-from stream.slot import Slot
+from engines.protocols import Enhancer, Swapper
+from stream.runtime.slot import Slot
 
 
 class SwapWorker:
@@ -18,7 +17,7 @@ class SwapWorker:
 
     name = "swap"
 
-    def __init__(self, swapper: Swapper, sources: Sequence[object], enhancer: Any = None) -> None:
+    def __init__(self, swapper: Swapper, sources: Sequence[object], enhancer: Enhancer | None = None) -> None:
         self.swapper = swapper
         self.sources = list(sources)
         self.enhancer = enhancer
@@ -26,11 +25,11 @@ class SwapWorker:
     def process(self, item: Slot, out: Slot) -> None:
         image = item.image
         targets = item.payload
-        batched = getattr(self.swapper, "forward_many", None)
-        if batched is not None and len(targets) > 1:  # one model call for the frame's faces
-            found = batched(image, [t.face for t in targets], [self.sources[t.source] for t in targets])
+        sources = self.sources  # read once: another thread may hand the stage new faces
+        if len(targets) > 1:  # one model call for the frame's faces where the swapper batches
+            found = self.swapper.forward_many(image, [t.face for t in targets], [sources[t.source] for t in targets])
         else:
-            found = [self.swapper.forward(image, t.face, self.sources[t.source]) for t in targets]
+            found = [self.swapper.forward(image, t.face, sources[t.source]) for t in targets]
         pairs = [(t.face, res) for t, res in zip(targets, found) if res is not None]
         if self.enhancer is not None:
             enhanced = []

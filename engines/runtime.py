@@ -1,0 +1,119 @@
+"""The inference-runtime seam: one protocol every runtime implements, the options that
+configure it, and the registry that makes one for a model file by name.
+
+A model class (detector, embedder, swapper, enhancer, landmarker) receives a runtime and
+never builds one, so a new runtime (native TensorRT, a Triton client) is one new module
+here plus one entry in `RUNTIMES`, and no model class changes.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a model: its name, shape (None for a dynamic axis), type."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: str
+
+
+class HostAllocator(Protocol):
+    """Where host buffers come from (the pipeline's allocators fit: numpy, or pinned memory)."""
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray: ...
+
+
+@dataclass
+class RuntimeOptions:
+    """Which runtime runs the models, and how (the `runtime:` section of a config)."""
+
+    kind: str = "onnxruntime"  # a name in RUNTIMES
+    providers: str | list[str] = "auto"  # ONNX Runtime: "auto", a short name ("cuda"), or a list
+    intra_threads: int = 0  # CPU threads per model; 0: the machine's core count
+    device_id: int = 0  # the GPU to run on
+    gpu_mem_limit: int | None = None  # bytes a model may take on the device (CUDA / TensorRT)
+    trt_cache_dir: str | None = None  # TensorRT engine cache folder
+    trt_fp16: bool = False  # let TensorRT build fp16 engines
+    io_binding: bool | None = None  # None: on when the first provider is CUDA or TensorRT
+    extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-provider options
+
+    def __post_init__(self) -> None:
+        if self.intra_threads < 0:
+            raise ValueError(f"runtime.intra_threads must be >= 0, got {self.intra_threads}")
+        if self.device_id < 0:
+            raise ValueError(f"runtime.device_id must be >= 0, got {self.device_id}")
+        if self.gpu_mem_limit is not None and self.gpu_mem_limit <= 0:
+            raise ValueError(f"runtime.gpu_mem_limit must be a positive byte count, got {self.gpu_mem_limit}")
+
+
+class InferenceRuntime(Protocol):
+    """One model file behind one call: named inputs in, named outputs out."""
+
+    path: Path
+    calls: int  # model invocations so far (a batched call counts once)
+    inputs: list[TensorSpec]  # known once open
+    outputs: list[TensorSpec]
+
+    @property
+    def is_open(self) -> bool: ...
+
+    def open(self) -> None:
+        """Load the model (and build or fetch what it needs); a one-line EngineError when it cannot."""
+        ...
+
+    def open_expecting(self, what: str) -> None:
+        """`open()`, with a load failure saying which kind of model file was expected."""
+        ...
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Named inputs in, named outputs out (all outputs unless `outputs` names some)."""
+        ...
+
+    def host_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type = np.float32) -> np.ndarray:
+        """A reusable host array for input `name`, from the runtime's allocator."""
+        ...
+
+    def close(self) -> None:
+        """Release the model and its buffers (host and device)."""
+        ...
+
+
+# A runtime for one model file, made when the model is built (opened later by the model).
+RuntimeFactory = Callable[[str | os.PathLike[str]], InferenceRuntime]
+
+
+def _ort(path: str | os.PathLike[str], options: RuntimeOptions,
+         allocator: HostAllocator | None) -> InferenceRuntime:
+    from engines.ort_runtime import OrtRuntime
+
+    return OrtRuntime(path, options, allocator)
+
+
+RUNTIMES: dict[str, Callable[[str | os.PathLike[str], RuntimeOptions, HostAllocator | None],
+                             InferenceRuntime]] = {
+    "onnxruntime": _ort,
+}
+
+
+def runtime_factory(options: RuntimeOptions | None = None,
+                    allocator: HostAllocator | None = None) -> RuntimeFactory:
+    """Makes runtimes of `options.kind` for model files, with these options and host
+    buffers from `allocator`; an unknown kind is a ValueError listing the known ones."""
+    options = options or RuntimeOptions()
+    try:
+        make = RUNTIMES[options.kind]
+    except KeyError:
+        raise ValueError(f"unknown runtime {options.kind!r}; known: {', '.join(sorted(RUNTIMES))}") from None
+
+    def factory(path: str | os.PathLike[str]) -> InferenceRuntime:
+        return make(path, options, allocator)
+
+    return factory

@@ -1,0 +1,352 @@
+"""Tracklets: target faces followed across frames, so the costly models run rarely.
+
+Per track the cache holds the detector-convention box, the smoothed landmarks, the
+identity embedding (computed once when needed, re-checked rarely), the source face it
+maps to, and its age. Per frame:
+
+- detection runs every `detect.every` frames, and on the next frame whenever a track
+  lost confidence (a detection missed it, or its landmarks jumped); its boxes are
+  matched to tracks by overlap, unmatched boxes start tracks, tracks missed too often end;
+- landmarks run on every frame on each track's box, which between detections is
+  carried by the landmarks themselves (the detector box expressed relative to the
+  landmarks' bounding box at the last detection);
+- landmarks are smoothed with a One-Euro filter so the swapped face does not jitter.
+
+Live runs detect in the background (`BackgroundDetector`) while there are tracks to
+follow: the frame due for detection is copied to a detection thread and tracking goes
+on; the boxes are merged into the tracks a few frames later, moved by how far each
+track's landmarks moved meanwhile. The analyse stage then never waits a whole detection
+(the largest per-frame cost), so no frame's latency carries it. With no track (the
+start, an empty scene) detection runs in line, so a face is swapped from its first frame.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engines.face import Box, Face, ImageBGR, Landmarks68
+from engines.frame_views import FrameViews
+from engines.protocols import Detector, Embedder, Landmarker
+from stream.analysis.one_euro import OneEuroFilter
+from stream.config import DetectConfig, TrackConfig
+
+log = logging.getLogger(__name__)
+
+# Landmark box changes beyond these in one frame mean the predictor lost the face.
+MAX_SCALE_JUMP = 1.35
+MAX_SHIFT_JUMP = 0.5  # of the face size
+
+
+def iou(a: Box, b: Box) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def landmark_box(points: Landmarks68) -> Box:
+    x0, y0 = points.min(axis=0)
+    x1, y1 = points.max(axis=0)
+    return (float(x0), float(y0), float(x1), float(y1))
+
+
+def relate(box: Box, ref: Box) -> tuple[float, float, float, float]:
+    """`box` expressed relative to `ref` (centre offset and size, in units of ref's size)."""
+    rw, rh = max(ref[2] - ref[0], 1.0), max(ref[3] - ref[1], 1.0)
+    return (
+        ((box[0] + box[2]) / 2 - (ref[0] + ref[2]) / 2) / rw,
+        ((box[1] + box[3]) / 2 - (ref[1] + ref[3]) / 2) / rh,
+        (box[2] - box[0]) / rw,
+        (box[3] - box[1]) / rh,
+    )
+
+
+def unrelate(rel: tuple[float, float, float, float], ref: Box) -> Box:
+    rw, rh = max(ref[2] - ref[0], 1.0), max(ref[3] - ref[1], 1.0)
+    cx = (ref[0] + ref[2]) / 2 + rel[0] * rw
+    cy = (ref[1] + ref[3]) / 2 + rel[1] * rh
+    w, h = rel[2] * rw, rel[3] * rh
+    return (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+
+
+@dataclass(eq=False)
+class Track:
+    """One target face followed across frames (mutable: owned by the tracker)."""
+
+    id: int
+    box: Box
+    landmarks: Landmarks68
+    rel: tuple[float, float, float, float]
+    smoother: OneEuroFilter
+    score: float = 0.0
+    born: int = 0
+    age: int = 0
+    missed: int = 0
+    at_submit: Box | None = field(default=None, repr=False)  # landmark box when a detection was sent
+    embedding: np.ndarray | None = None
+    embedded_at: int = -1
+    source: int | None = None  # index of the source face this track maps to; None: not swapped
+    raw: Landmarks68 = field(default_factory=lambda: np.zeros((68, 2), np.float32), repr=False)
+    matched: bool = field(default=False, repr=False)
+
+    def face(self) -> Face:
+        return Face(box=landmark_box(self.landmarks), landmarks=self.landmarks,
+                    score=self.score, track_id=self.id)
+
+
+class Tracker:
+    """Keeps the tracks of one stream up to date, one frame at a time."""
+
+    def __init__(
+        self,
+        detector: Detector,
+        landmarker: Landmarker,
+        embedder: Embedder | None,
+        detect: DetectConfig,
+        track: TrackConfig,
+        background: bool = False,
+    ) -> None:
+        self.detector = detector
+        self.landmarker = landmarker
+        self.embedder = embedder
+        self.detect_cfg = detect
+        self.track_cfg = track
+        self.tracks: list[Track] = []
+        self._next_id = 0
+        self._last_detect = -(10**9)
+        self._force_detect = True
+        # Frames between scheduled detections: detect.every, raised by a live run under load.
+        self.detect_every = detect.every
+        self.background = BackgroundDetector(detector) if background else None
+
+
+    @property
+    def tracks_started(self) -> int:
+        return self._next_id
+
+    def _new_filter(self) -> OneEuroFilter:
+        return OneEuroFilter(self.track_cfg.min_cutoff, self.track_cfg.beta)
+
+    def update(self, frame: FrameViews, seq: int, t: float) -> list[Track]:
+        """Advance every track to this frame; returns the confirmed ones.
+
+        A track that missed its last detection is still followed (a detector can miss a
+        face once) but not returned until a detection confirms it: on a scene cut the old
+        faces must not be swapped onto whatever is now where they were."""
+        due = seq - self._last_detect >= self.detect_every
+        if self.background is not None:
+            self._detect_in_background(frame, seq, due)
+        elif due or self._force_detect:
+            self._force_detect = False  # before: the detection itself may ask for another
+            self._last_detect = seq
+            self._merge(self.detector.forward(frame), seq)
+        h, w = frame.shape
+        alive: list[Track] = []
+        for tr in self.tracks:
+            if not tr.matched:  # between detections: the box follows the (raw) landmarks
+                tr.box = unrelate(tr.rel, landmark_box(tr.raw))
+        found = self.landmarker.forward_many(frame, [tr.box for tr in self.tracks]) if self.tracks else []
+        for tr, raw in zip(self.tracks, found):
+            if tr.age and self._jumped(tr.raw, raw):
+                self._force_detect = True
+                if not tr.matched:
+                    continue  # lost, and no detection confirms it this frame: end it
+                tr.smoother.reset()  # a detection moved it: do not smooth across the jump
+            if tr.matched:
+                tr.rel = relate(tr.box, landmark_box(raw))
+                tr.matched = False
+            tr.raw = raw
+            tr.landmarks = tr.smoother(raw, t)
+            tr.age += 1
+            if not _on_frame(tr.landmarks, w, h):
+                continue
+            alive.append(tr)
+        self.tracks = alive
+        return [tr for tr in alive if tr.missed == 0]
+
+    def _detect_in_background(self, frame: FrameViews, seq: int, due: bool) -> None:
+        bg = self.background
+        assert bg is not None
+        done = bg.poll()
+        if done is not None:
+            self._merge(done, seq, earlier=True)
+        if not (due or self._force_detect):
+            return
+        if not self.tracks and not bg.pending:
+            # Nothing to follow meanwhile (the start, an empty scene): detect in line, so a
+            # face is swapped from the frame it is found in.
+            self._force_detect = False
+            self._last_detect = seq
+            self._merge(self.detector.forward(frame), seq)
+        elif bg.submit(frame.bgr):
+            self._force_detect = False
+            self._last_detect = seq
+            for tr in self.tracks:
+                tr.at_submit = landmark_box(tr.raw) if tr.age else None
+
+    def _merge(self, dets: list[tuple[Box, float]], seq: int, earlier: bool = False) -> None:
+        """Match detection boxes to tracks; unmatched boxes start tracks, tracks missed
+        too often end. `earlier`: the boxes are of the frame the detection was sent with,
+        so for each track they are first moved as its landmarks moved since then."""
+        def placed(tr: Track, box: Box) -> Box:
+            if earlier and tr.at_submit is not None and tr.age:
+                return _moved(box, tr.at_submit, landmark_box(tr.raw))
+            return box
+
+        pairs = sorted(
+            ((iou(tr.box, placed(tr, box)), ti, di) for ti, tr in enumerate(self.tracks)
+             for di, (box, _) in enumerate(dets)),
+            reverse=True,
+        )
+        used_t: set[int] = set()
+        used_d: set[int] = set()
+        for overlap, ti, di in pairs:
+            if overlap < self.track_cfg.match_iou:
+                break
+            if ti in used_t or di in used_d:
+                continue
+            used_t.add(ti)
+            used_d.add(di)
+            tr = self.tracks[ti]
+            box, tr.score = dets[di]
+            tr.box = placed(tr, box)
+            tr.matched, tr.missed = True, 0
+        kept: list[Track] = []
+        for ti, tr in enumerate(self.tracks):
+            if ti not in used_t:
+                tr.missed += 1
+                if tr.missed > self.track_cfg.max_missed:
+                    log.debug("track %d ended after %d missed detections", tr.id, tr.missed)
+                    continue
+                self._force_detect = True  # confirm it (or end it) on the next frame
+            kept.append(tr)
+        for di, (box, score) in enumerate(dets):
+            if di in used_d:
+                continue
+            tr = Track(id=self._next_id, box=box, landmarks=np.zeros((68, 2), np.float32),
+                       rel=(0.0, 0.0, 1.0, 1.0), smoother=self._new_filter(), score=score,
+                       born=seq, matched=True)
+            self._next_id += 1
+            kept.append(tr)
+        self.tracks = kept
+
+    def close(self) -> None:
+        if self.background is not None:
+            self.background.close()
+
+    @staticmethod
+    def _jumped(prev: Landmarks68, new: Landmarks68) -> bool:
+        a, b = landmark_box(prev), landmark_box(new)
+        sa = max(a[2] - a[0], a[3] - a[1], 1.0)
+        sb = max(b[2] - b[0], b[3] - b[1], 1.0)
+        ratio = max(sa / sb, sb / sa)
+        shift = np.hypot((a[0] + a[2] - b[0] - b[2]) / 2, (a[1] + a[3] - b[1] - b[3]) / 2) / sa
+        return ratio > MAX_SCALE_JUMP or shift > MAX_SHIFT_JUMP
+
+    def embed(self, track: Track, image: ImageBGR, seq: int) -> np.ndarray | None:
+        """The track's identity embedding: computed when the track is born, re-checked
+        every `track.recheck_every` frames, otherwise read from the cache."""
+        if self.embedder is None:
+            return None
+        stale = track.embedding is None or seq - track.embedded_at >= self.track_cfg.recheck_every
+        if stale:
+            track.embedding = self.embedder.forward(image, track.landmarks)
+            track.embedded_at = seq
+        return track.embedding
+
+
+def _moved(box: Box, then: Box, now: Box) -> Box:
+    """`box` (of an earlier frame) moved as a face went from `then` to `now`."""
+    dx = (now[0] + now[2] - then[0] - then[2]) / 2
+    dy = (now[1] + now[3] - then[1] - then[3]) / 2
+    return (box[0] + dx, box[1] + dy, box[2] + dx, box[3] + dy)
+
+
+class BackgroundDetector:
+    """The detector on a thread of its own, one frame at a time (live runs).
+
+    `submit` copies the frame into a buffer reused for every detection and returns at
+    once (False while a detection is still running: the next due frame tries again);
+    `poll` returns the boxes of a finished detection, once. An error in the detector is
+    raised by the next `poll`, on the tracker's thread, so it stops the run as any stage
+    error does. `close` ends the thread.
+    """
+
+    def __init__(self, detector: Detector) -> None:
+        self.detector = detector
+        self._cond = threading.Condition()
+        self._image: np.ndarray | None = None
+        self._gray: np.ndarray | None = None
+        self._pending = False
+        self._result: list[tuple[Box, float]] | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.detections = 0
+
+    @property
+    def pending(self) -> bool:
+        """A detection is running (or its result not yet taken by `poll`)."""
+        return self._pending or self._result is not None
+
+    def submit(self, image: ImageBGR) -> bool:
+        with self._cond:
+            if self._pending or self._closed:
+                return False
+            if self._image is None or self._image.shape != image.shape:
+                self._image = np.empty_like(image)
+                self._gray = np.empty(image.shape[:2], np.uint8)
+            np.copyto(self._image, image)
+            self._pending = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="fs-detect", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return True
+
+    def poll(self) -> list[tuple[Box, float]] | None:
+        with self._cond:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            result, self._result = self._result, None
+            return result
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                image, gray = self._image, self._gray
+            assert image is not None
+            try:
+                dets = self.detector.forward(FrameViews(image, gray))
+                error = None
+            except Exception as exc:  # noqa: BLE001 - handed to the tracker's thread
+                dets, error = [], exc
+            with self._cond:
+                self._result, self._error = (None, error) if error is not None else (dets, None)
+                self._pending = False
+                self.detections += 1
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+
+def _on_frame(points: Landmarks68, w: int, h: int) -> bool:
+    """At least half of the face's landmark box lies inside the frame."""
+    x0, y0, x1, y1 = landmark_box(points)
+    area = max(x1 - x0, 1.0) * max(y1 - y0, 1.0)
+    ix = max(0.0, min(x1, w) - max(x0, 0.0))
+    iy = max(0.0, min(y1, h) - max(y0, 0.0))
+    return ix * iy >= 0.5 * area

@@ -1,0 +1,1 @@
+"""The `facestream` command line (entry point: `stream.cli.main:main`)."""

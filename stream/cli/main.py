@@ -1,0 +1,244 @@
+"""The `facestream` command: swap a face into a video or a picture, run it live or as a
+WebRTC server, run the demo, list the model files. It turns every error into one line."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from engines.errors import EngineError
+from stream.cli.demo import demo_face, run_demo
+from stream.cli.parser import CliError, build_parser, config_from_args
+from stream.cli.progress import Progress
+from stream.cli.swap_command import job_for, run_swap, summarise
+from stream.errors import StreamError
+from stream.job.assembly import Pipeline
+from stream.job.swap_job import SwapJob
+
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+log = logging.getLogger("facestream")
+
+
+class StopOnCtrlC:
+    """In a live run Ctrl-C is how a user ends it: the first one stops the pipeline cleanly
+    (summary, exit 0), a second one interrupts at once. Outside the main thread, or before
+    the pipeline exists, Ctrl-C interrupts as usual."""
+
+    def __init__(self) -> None:
+        self.pipeline: Pipeline | None = None
+        self._previous: Any = None
+        self._installed = False
+
+    def watch(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        pipeline = self.pipeline
+        if pipeline is None or pipeline.runner.stopped:
+            raise KeyboardInterrupt
+        pipeline.stop("stopped by Ctrl-C")
+
+    def __enter__(self) -> StopOnCtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+            self._installed = True
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def cmd_swap(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    job = job_for(config, args.source)
+    job.open()
+    for note in job.notes:
+        print(f"note: {note}")
+    job.notes.clear()
+    result = run_swap(job, args.input, args.output, quiet=args.quiet)
+    summarise(result, args.quiet, args.stats_json)
+    print(f"wrote {result.output}")
+    return 0
+
+
+def cmd_live(args: argparse.Namespace) -> int:
+    from stream.job.runs import run_live
+    from stream.job.status import format_status
+    from stream.sinks.fanout import FanoutSink
+    from stream.sinks.open import open_sink, record_sink
+    from stream.sources.open import open_source
+
+    config = config_from_args(args)
+    width = height = None
+    if args.size:
+        w, sep, h = args.size.lower().partition("x")
+        if not sep or not w.isdigit() or not h.isdigit():
+            raise CliError(f"--size {args.size!r} must look like WIDTHxHEIGHT, e.g. 1280x720")
+        width, height = int(w), int(h)
+    if args.record and args.output == args.record:
+        raise CliError(f"--record {args.record!r} is also the --output")
+    job = job_for(config, args.source)
+    source = open_source(args.input, width, height, args.fps, open_timeout=args.open_timeout)
+    info = source.open()
+    try:
+        job.open()
+        sinks = [open_sink(args.output, info, config, args.vcam_backend, args.vcam_device)]
+        if args.record:
+            sinks.append(record_sink(args.record, info, config))
+    except BaseException:
+        source.close()
+        raise
+    live_sink = FanoutSink(sinks)
+    try:
+        live_sink.open()
+    except BaseException:
+        source.close()
+        raise
+    for note in job.notes:
+        print(f"note: {note}")
+    job.notes.clear()
+    print(f"live: {source.name} {info.width}x{info.height} -> {live_sink.name} (Ctrl-C to stop)",
+          file=sys.stderr)
+
+    def status(figures: dict[str, Any]) -> None:
+        print(f"\r{format_status(figures)}   ", end="", file=sys.stderr, flush=True)
+
+    with StopOnCtrlC() as ctrl_c:
+        result = run_live(job, source, live_sink, args.output, status=None if args.quiet else status,
+                          duration=args.duration, on_start=ctrl_c.watch)
+    if not args.quiet:
+        print(file=sys.stderr)
+    summarise(result, args.quiet, args.stats_json)
+    if not args.quiet:
+        live = result.report["live"]
+        inp = result.report["input"]
+        print(f"live: {result.report['frames_in']} frames in, {result.report['frames']} out, "
+              f"{result.report['drops']} dropped; input measured at {inp.get('measured_fps', 0):.1f} fps; "
+              f"detection every {live['detect_every_base']}-{live['detect_every_max']} frames"
+              + (f"; {live['stopped']}" if live["stopped"] else ""))
+    if args.record:
+        print(f"recorded {args.record}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from stream.server.app import FaceServer, start_server
+
+    if args.max_peers < 1:
+        raise CliError(f"--max-peers {args.max_peers}: must be at least 1")
+    if not 0 <= args.port <= 65535:
+        raise CliError(f"--port {args.port}: not a port number")
+    config = config_from_args(args)
+    sources = list(args.source)
+    if not sources:
+        sources = [demo_face()]
+        print(f"note: no --source given: offering the demo face ({sources[0]}); upload your own on the page")
+    job = SwapJob(config, sources)
+    job.open()
+    job.share()
+    for note in job.notes:
+        print(f"note: {note}")
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(line, flush=True)
+
+    server = FaceServer(job, max_peers=args.max_peers, codec=args.codec, say=say)
+    server.add_job_faces()
+
+    async def run() -> None:
+        import signal
+
+        runner, url = await start_server(server, args.host, args.port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"serving {url} (engine {job.models.name}, up to "
+              f"{args.max_peers} peers; Ctrl-C to stop)", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            open_peers = len(server.sessions)
+            await server.close()
+            await runner.cleanup()
+            print(f"\nstopped: {server.sessions_started} peer session(s) served"
+                  + (f", {open_peers} closed at exit" if open_peers else ""), flush=True)
+
+    asyncio.run(run())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    return run_demo(config, Path(args.out_dir), args.seconds, quiet=args.quiet, stats_json=args.stats_json)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from engines.catalog import CATALOG, entry, locate, search_dirs, user_models_dir
+
+    if args.models_command == "fetch":
+        from engines.fetch import fetch
+
+        item = entry(args.name)
+        folder = Path(args.fetch_dir or args.models_dir or user_models_dir())
+        bar = Progress(0, label=f"{item.file}: ", unit="bytes")
+        try:
+            path = fetch(args.url, folder / item.file, args.sha256,
+                         lambda done, total: bar.update(done=done, total=total))
+        finally:
+            bar.close()
+        print(f"fetched {item.name} to {path}" + (" (sha256 verified)" if args.sha256 else ""))
+        return 0
+    dirs = search_dirs(args.models_dir)
+    print("folders searched: " + ", ".join(str(d) for d in dirs))
+    for name, item in CATALOG.items():
+        path = locate(name, args.models_dir)
+        where = f"found: {path}" if path else f"missing: put {item.file} in {dirs[0]}"
+        print(f"  {name:<20} {item.kind:<10} {where}")
+    return 0
+
+
+def _written_so_far(job_output: str | None) -> str:
+    if job_output and Path(job_output).is_file() and Path(job_output).stat().st_size > 0:
+        return f" (what was written so far is in {job_output})"
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live,
+                "serve": cmd_serve}
+    output = getattr(args, "record", None) if args.command == "live" else getattr(args, "output", None)
+    try:
+        return handlers[args.command](args)
+    except KeyboardInterrupt:
+        print(f"\nfacestream: interrupted{_written_so_far(output)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (StreamError, EngineError, CliError, ValueError) as exc:
+        print(f"facestream: error: {exc}{_written_so_far(output)}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # a bug: still one line, the traceback only with --verbose
+        log.debug("unexpected error", exc_info=exc)
+        print(f"facestream: internal error: {type(exc).__name__}: {exc} (run with --verbose for details)"
+              f"{_written_so_far(output)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""The `facestream` command line: its parser, and the run configuration its flags make."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
+from stream.server.peer import CODECS
+
+# A server's browsers bring their own faces: no reference photos or mappings there.
+SERVER_SELECT_MODES = ("all", "largest")
+
+
+class CliError(Exception):
+    """A usage problem found after parsing (e.g. a mapping entry without '=')."""
+
+
+def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
+    """The configuration and reporting options of a run; `server`: only those that apply
+    to `serve` (no reference photos, no output encoding, no run report)."""
+    g = p.add_argument_group("configuration")
+    g.add_argument("--config", metavar="NAME|PATH",
+                   help=f"a shipped preset ({', '.join(preset_names())}) or a YAML file; flags below override it")
+    g.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override any config field, e.g. --set detect.every=5 (repeatable)")
+    g.add_argument("--engine", choices=ENGINE_NAMES,
+                   help="model family: neural (SCRFD, ArcFace, inswapper files you supply), dlib (the "
+                        "embedded default), or auto (default): neural when its files are found")
+    g.add_argument("--models-dir", metavar="DIR",
+                   help="folder of the neural model files (searched before $FACESTREAM_MODELS and "
+                        "the per-user folder; see `facestream models`)")
+    if server:  # every browser brings its own faces: no reference photos here
+        g.add_argument("--select", choices=SERVER_SELECT_MODES,
+                       help="which faces of each camera to swap: all (default) or the largest")
+        p.set_defaults(reference=None, mapping=[], x264_preset=None, crf=None, serial=False, stats_json=None)
+    else:
+        _add_selection_options(g)
+    g.add_argument("--blend", choices=BLENDS, help="feather: soft alpha edge (fast); poisson: seamless clone")
+    g.add_argument("--detect-every", type=int, metavar="N", help="run face detection every N frames")
+    g.add_argument("--enhance", action="store_true",
+                   help="restore the swapped faces with GFPGAN 1.4 (its file is needed: see `facestream models`)")
+    g.add_argument("--enhance-every", type=int, metavar="K",
+                   help="with --enhance: run it every K-th frame per face, re-pasting its last result between")
+    g.add_argument("--max-faces", type=int, metavar="N", help="swap at most N faces per frame")
+    o = p.add_argument_group("reporting")
+    if not server:
+        g.add_argument("--x264-preset", metavar="PRESET", help="libx264 preset of the output (ultrafast ... veryslow)")
+        g.add_argument("--crf", type=int, help="libx264 quality, 0-51 (lower is better; default 20)")
+        g.add_argument("--serial", action="store_true",
+                       help="run every stage on one thread (for comparison; staged threads are the default)")
+        o.add_argument("--stats-json", metavar="PATH", help="also write the run's figures as JSON")
+    o.add_argument("-q", "--quiet", action="store_true",
+                   help="no line per peer" if server else "no progress bar and no summary table")
+    o.add_argument("-v", "--verbose", action="store_true", help="debug logging, with tracebacks")
+
+
+def _add_selection_options(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--select", choices=SELECT_MODES,
+                   help="which faces to swap: all (default), the largest, only the --reference person, "
+                        "or a --map of sources to people")
+    g.add_argument("--reference", metavar="PHOTO", help="with --select reference: a photo of the person to swap")
+    g.add_argument("--map", dest="mapping", action="append", default=[], metavar="SOURCE=REFERENCE",
+                   help="with --select mapping: put SOURCE's face on the person in REFERENCE (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="facestream",
+        description="Swap a source face into videos and pictures, in real time, on a CPU.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    swap = sub.add_parser(
+        "swap", help="swap the source face into a video or a picture",
+        description="Replace the faces of INPUT (a video or a picture) with the face in the --source "
+                    "photo and write OUTPUT. Videos keep their frame count, timing and audio.")
+    swap.add_argument("--source", action="append", default=[], metavar="PHOTO",
+                      help="photo of the face to put in (its largest face is used)")
+    swap.add_argument("--input", "-i", required=True, metavar="PATH", help="video (.mp4, .mkv, ...) or picture")
+    swap.add_argument("--output", "-o", required=True, metavar="PATH",
+                      help="where to write the result (.mp4/.mkv/.mov for videos, .png/.jpg for pictures)")
+    _add_run_options(swap)
+    demo = sub.add_parser(
+        "demo", help="build a demo clip from installed pictures, swap it, write a contact sheet",
+        description="Builds a 1280x720 30 fps clip of six faces (insightface's t1.jpg, panned and "
+                    "zoomed), swaps in scikit-image's astronaut, and writes the video and a "
+                    "before/after contact sheet. Needs nothing but the pip install.")
+    demo.add_argument("--out-dir", default="facestream-demo", metavar="DIR",
+                      help="folder for the demo files (default: ./facestream-demo)")
+    demo.add_argument("--seconds", type=float, default=10.0, help="length of the demo clip (default 10)")
+    _add_run_options(demo)
+    live = sub.add_parser(
+        "live", help="swap faces in a live stream: webcam or RTSP in; virtual camera, RTSP or a window out",
+        description="Runs the pipeline on a live INPUT with latest-frame semantics (a slow stage "
+                    "drops the oldest frames instead of queueing them) and sends the result to "
+                    "OUTPUT. Prints fps in/out, drops and capture-to-sink latency every second and "
+                    "a summary at the end. Ctrl-C stops cleanly.",
+        epilog="examples:\n"
+               "  facestream live --source face.jpg --input webcam:0 --output vcam\n"
+               "  facestream live --source face.jpg --input rtsp://cam/stream --output rtsp://server/swapped\n"
+               "  facestream live --source face.jpg --input webcam:0 --output preview --record session.mp4",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    live.add_argument("--source", action="append", default=[], metavar="PHOTO",
+                      help="photo of the face to put in (its largest face is used)")
+    live.add_argument("--input", "-i", required=True, metavar="INPUT",
+                      help="webcam:N (or webcam:/dev/videoN), rtsp://..., or a video file played in real time")
+    live.add_argument("--output", "-o", default="preview", metavar="OUTPUT",
+                      help="vcam (virtual camera), rtsp://server/path (publish), preview (a window; "
+                           "default), or a file")
+    live.add_argument("--record", metavar="FILE", help="also write the swapped stream to FILE (.mp4, .mkv)")
+    live.add_argument("--size", metavar="WxH", help="webcam: ask for this picture size (e.g. 1280x720)")
+    live.add_argument("--fps", type=float, help="webcam: ask for this frame rate")
+    live.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this many seconds")
+    live.add_argument("--open-timeout", type=float, default=10.0, metavar="SECONDS",
+                      help="rtsp: give up connecting after this long (default 10)")
+    live.add_argument("--vcam-device", metavar="DEVICE", help="virtual camera device (e.g. /dev/video10)")
+    live.add_argument("--vcam-backend", metavar="NAME", help="pyvirtualcam backend (default: the platform's)")
+    _add_run_options(live)
+    serve = sub.add_parser(
+        "serve", help="a WebRTC page: your browser's camera, swapped, sent back to the page",
+        description="Starts a web server (aiohttp + aiortc) with one page: choose or upload the "
+                    "source face, start the camera, and watch the swapped video with live figures "
+                    "(fps, latency, drops). Each browser gets its own pipeline; the models are "
+                    "loaded once. Ctrl-C stops the server.",
+        epilog="examples:\n"
+               "  facestream serve --source face.jpg              # then open http://127.0.0.1:8080\n"
+               "  facestream serve --source a.jpg --source b.jpg  # both offered on the page\n"
+               "  facestream serve --host 0.0.0.0 --port 9000     # other machines too (browsers allow\n"
+               "                                                  # the camera on https or localhost only)",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--source", action="append", default=[], metavar="PHOTO",
+                       help="a face offered on the page (repeatable; default: scikit-image's astronaut); "
+                            "the page can upload more")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    serve.add_argument("--max-peers", type=int, default=4, metavar="N",
+                       help="browsers served at once (default 4); each runs its own pipeline")
+    serve.add_argument("--codec", choices=CODECS, default="vp8",
+                       help="video codec to send back when the browser offers it (default vp8: the "
+                            "cheapest on a CPU here; auto: the browser's first choice)")
+    _add_run_options(serve, server=True)
+    models = sub.add_parser(
+        "models", help="list the standard model files (found or missing), or fetch one",
+        description="Lists each model of the catalog with the file that was found, or where to put "
+                    "it. Folders searched: --models-dir, then $FACESTREAM_MODELS, then the per-user "
+                    "folder. `models fetch NAME --url URL` downloads one (nothing is ever downloaded "
+                    "unless asked).")
+    models.add_argument("--models-dir", metavar="DIR", help="search (and fetch into) this folder first")
+    msub = models.add_subparsers(dest="models_command", metavar="ACTION")
+    fetch = msub.add_parser("fetch", help="download a model file, verifying its sha256 when given")
+    fetch.add_argument("name", help="catalog name, e.g. inswapper_128")
+    fetch.add_argument("--url", required=True, help="where to download it from")
+    fetch.add_argument("--sha256", metavar="HEX", help="expected sha256 of the file")
+    fetch.add_argument("--models-dir", dest="fetch_dir", metavar="DIR",
+                       help="folder to save into (default: --models-dir, else the per-user folder)")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    overrides = list(args.overrides)
+    simple = {
+        "engine": args.engine, "select.mode": args.select, "swap.blend": args.blend,
+        "detect.every": args.detect_every, "pipeline.max_faces": args.max_faces,
+        "encode.preset": args.x264_preset, "encode.crf": args.crf, "models.dir": args.models_dir,
+        "enhance.every": args.enhance_every, "enhance.enabled": True if args.enhance else None,
+    }
+    overrides += [f"{k}={json.dumps(v)}" for k, v in simple.items() if v is not None]
+    if args.reference:
+        overrides.append(f"select.reference={json.dumps(args.reference)}")
+    if args.mapping:
+        pairs = []
+        for item in args.mapping:
+            src, sep, ref = item.partition("=")
+            if not sep or not src or not ref:
+                raise CliError(f"--map {item!r} must look like SOURCE=REFERENCE")
+            pairs.append([src, ref])
+        overrides.append(f"select.mapping={json.dumps(pairs)}")
+    if args.serial:
+        overrides.append("pipeline.staged=false")
+    return load_config(args.config, overrides)

@@ -1,0 +1,94 @@
+"""One pipeline assembled: rings sized and named, the stages built on the job's models,
+and named handles to the parts a run steers (the tracker, the swap stage's faces)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engines.protocols import Enhancer
+from engines.registry import EngineSet
+from stream.analysis.selection import Selector
+from stream.analysis.tracklets import Tracker
+from stream.config import Config
+from stream.runtime.allocator import Allocator
+from stream.runtime.metrics import Metrics
+from stream.runtime.protocols import Sink, Source
+from stream.runtime.ring import Policy, Ring
+from stream.runtime.runner import Runner
+from stream.runtime.slot import Slot
+from stream.stages.analyse import AnalyseWorker
+from stream.stages.composite import CompositeWorker
+from stream.stages.swap import SwapWorker
+
+# Pictures held by the frame ring at most (a 4K ring would otherwise take ~0.5 GB).
+FRAME_RING_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class Pipeline:
+    """A built run: its runner, and the parts others may steer while it runs."""
+
+    runner: Runner
+    tracker: Tracker
+    swap: SwapWorker
+    composite: CompositeWorker
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.runner.metrics
+
+    @property
+    def rings(self) -> list[Ring]:
+        return self.runner.rings
+
+    def use_faces(self, prepared: Sequence[object]) -> None:
+        """Swap in these prepared source faces from the next frame on (any thread: the swap
+        stage reads its list once per frame)."""
+        self.swap.sources = list(prepared)
+
+    def stop(self, why: str) -> None:
+        self.runner.stop(why)
+
+
+def frame_slots(shape: tuple[int, int], depth: int, stages: int) -> int:
+    """Slots of the frame ring. Frames stay in their ring-A slot until encoded, so A holds
+    its own queue plus everything downstream (each later ring, and one frame in each
+    stage's hands), capped at FRAME_RING_BYTES of pictures: with fewer slots decode simply
+    waits sooner; every stage still has work."""
+    h, w = shape
+    wanted = depth + stages * depth + stages + 1
+    return max(stages + 2, min(wanted, FRAME_RING_BYTES // (h * w * 3)))
+
+
+def assemble(config: Config, engines: EngineSet, faces: Sequence[object], references: list[np.ndarray],
+             shape: tuple[int, int], source: Source, sink: Sink, *, live: bool, allocator: Allocator,
+             enhancer: Enhancer | None = None, metrics: Metrics | None = None,
+             on_frame: Callable[[Slot], None] | None = None) -> Pipeline:
+    """Rings, stages and runner for one input of `shape` (height, width).
+
+    Files: every ring blocks (every frame, in order). Live: frames are dropped at the entry
+    only (ring A keeps the newest `live_ring_depth` unread), before any model has worked on
+    them; a frame let in goes through every stage, the later rings blocking, so no stage's
+    work is thrown away and at most `live_ring_depth` frames wait between two stages.
+    """
+    metrics = metrics or Metrics()
+    tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, config.detect, config.track,
+                      background=live and config.detect.background)
+    selector = Selector(config.select, references, engines.embedder, config.pipeline.max_faces)
+    analyse = AnalyseWorker(tracker, selector)
+    swap = SwapWorker(engines.swapper, faces, enhancer)
+    composite = CompositeWorker(engines.swapper, metrics, enhancer)
+    workers = [analyse, swap, composite]
+    depth = config.pipeline.live_ring_depth if live else config.pipeline.ring_depth
+    slots = frame_slots(shape, depth, len(workers))
+    h, w = shape
+    if live:
+        entry = Ring("A", slots, {"image": ((h, w, 3), np.uint8)}, policy=Policy.DROP_OLDEST,
+                     max_ready=depth, allocator=allocator)
+    else:
+        entry = Ring("A", slots, {"image": ((h, w, 3), np.uint8)}, policy=Policy.BLOCK, allocator=allocator)
+    rings = [entry] + [Ring(name, depth, policy=Policy.BLOCK) for name in ("B", "C", "D")]
+    runner = Runner(source, workers, sink, rings, metrics, on_frame)
+    return Pipeline(runner, tracker, swap, composite)

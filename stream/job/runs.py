@@ -1,0 +1,120 @@
+"""The three kinds of run of a swap job: a video file, a still picture, a live stream."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from stream.errors import SourceError
+from stream.job.assembly import Pipeline, assemble
+from stream.job.cadence import AdaptiveCadence
+from stream.job.report import JobResult, run_and_report
+from stream.job.status import StatusLine
+from stream.job.swap_job import SwapJob
+from stream.media.close import close_quietly
+from stream.media.image_io import read_image
+from stream.media.video_info import VideoInfo
+from stream.runtime.metrics import Metrics
+from stream.runtime.protocols import Sink, Source
+from stream.runtime.slot import Slot
+from stream.sinks.file import FileSink
+from stream.sinks.image import ImageSink
+from stream.sinks.protocol import LiveSink
+from stream.sources.file import FileSource
+from stream.sources.image import ImageSource
+from stream.sources.protocol import LiveSource
+
+
+def _assemble(job: SwapJob, shape: tuple[int, int], source: Source, sink: Sink, live: bool,
+              faces: Sequence[object] | None = None,
+              on_frame: Callable[[Slot], None] | None = None) -> Pipeline:
+    return assemble(job.config, job.models, job.prepared if faces is None else faces,
+                    job.reference_embeddings, shape, source, sink, live=live, allocator=job.allocator,
+                    enhancer=job.enhancer, metrics=Metrics(), on_frame=on_frame)
+
+
+def run_video(job: SwapJob, input_path: str, output_path: str,
+              on_start: Callable[[VideoInfo], None] | None = None,
+              on_frame: Callable[[Slot], None] | None = None) -> JobResult:
+    """Every frame of a video file, in order, into a new file with the input's timing and
+    audio. `on_start` gets the input's description once it is open; `on_frame` each slot
+    written (a progress bar)."""
+    source = FileSource(input_path)
+    info = source.open()
+    sink = FileSink(output_path, info, job.config.encode, audio_from=input_path)
+    try:
+        sink.open()
+    except BaseException:
+        source.close()
+        raise
+    if on_start is not None:
+        on_start(info)
+    try:
+        pipeline = _assemble(job, (info.height, info.width), source, sink, False, on_frame=on_frame)
+    except BaseException:
+        close_quietly(sink)
+        source.close()
+        raise
+    result = run_and_report(job, pipeline, output_path, {"input": str(input_path), "video": {
+        "width": info.width, "height": info.height, "fps": float(info.rate),
+        "frames_expected": info.frames, "has_audio": info.has_audio}}, job.config.pipeline.staged)
+    if source.shortfall:  # the output is complete and final; the input was not
+        raise SourceError(source.shortfall)
+    return result
+
+
+def run_image(job: SwapJob, input_path: str, output_path: str) -> JobResult:
+    """A still picture: a one-frame stream, run serially (frame 0 always detects)."""
+    image = read_image(input_path)
+    pipeline = _assemble(job, image.shape[:2], ImageSource(image), ImageSink(output_path), False)
+    return run_and_report(job, pipeline, output_path, {"input": str(input_path)}, staged=False)
+
+
+def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
+             status: Callable[[dict[str, Any]], None] | None = None,
+             duration: float | None = None, faces: Sequence[object] | None = None,
+             on_start: Callable[[Pipeline], None] | None = None) -> JobResult:
+    """A live run: `source` (opened) through the live rings to `sink` (opened here), until
+    the source ends, `duration` seconds pass, a sink asks to stop, or someone calls the
+    pipeline's `stop()`. Detection cadence adapts to load; `status` gets the figures every
+    second (see StatusLine.figures). `faces` replaces the job's source faces for this run;
+    `on_start` gets the pipeline before it starts (to stop it, or to change faces)."""
+    info = source.info
+    if info is None:
+        raise ValueError(f"{source.name}: open the source before the run")
+    sink.open()
+    cadence: AdaptiveCadence | None = None
+
+    def on_frame(_slot: Slot) -> None:
+        if cadence is not None:
+            cadence.on_frame()
+
+    try:
+        pipeline = _assemble(job, (info.height, info.width), source, sink, True, faces, on_frame)
+    except BaseException:
+        close_quietly(sink)
+        source.close()
+        raise
+    cadence = AdaptiveCadence(pipeline.tracker, pipeline.rings, job.config.detect.every)
+    if on_start is not None:
+        on_start(pipeline)
+    line = StatusLine(pipeline, status) if status is not None else None
+    timer = threading.Timer(duration, pipeline.stop, args=("duration reached",)) if duration else None
+    if line is not None:
+        line.start()
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        extra = {"input": source.describe(),
+                 "video": {"width": info.width, "height": info.height, "fps": float(info.rate)}}
+        result = run_and_report(job, pipeline, output_name, extra, job.config.pipeline.staged)
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if line is not None:
+            line.stop()
+    result.report["live"] = {"detect_every_base": cadence.base, "detect_every_max": cadence.highest,
+                             "cadence_changes": cadence.changes, "stopped": pipeline.runner.stopped}
+    result.report["input"] = source.describe()
+    return result

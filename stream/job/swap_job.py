@@ -1,0 +1,123 @@
+"""A swap job: what outlives one input — the models, and the source (and reference) faces
+prepared once. The runs themselves are in `stream.job.runs`."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from engines.catalog import find
+from engines.errors import NoFaceError
+from engines.face import ImageBGR, Landmarks68
+from engines.frame_views import FrameViews
+from engines.protocols import Enhancer
+from engines.registry import EngineSet, build_engines
+from engines.runtime import runtime_factory
+from stream.config import Config
+from stream.job.shared_models import exclusive, share_engines, shared
+from stream.media.image_io import read_image
+from stream.runtime.allocator import Allocator, default_allocator
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PhotoFace:
+    """The face chosen in a photo (source or reference), and how many the photo had."""
+
+    path: str
+    image: ImageBGR
+    landmarks: Landmarks68
+    faces_found: int
+
+
+class SwapJob:
+    """Everything a swap run needs that outlives one input: models, source faces.
+
+    `open()` loads the models (their runtimes get the job's host allocator: pinned memory
+    when CUDA is present) and prepares every source and reference face once."""
+
+    def __init__(self, config: Config, sources: list[str], references: list[str] | None = None,
+                 allocator: Allocator | None = None) -> None:
+        if not sources:
+            raise ValueError("at least one source photo is needed")
+        self.config = config
+        self.source_paths = list(sources)
+        self.reference_paths = list(references or [])
+        self.allocator = allocator or default_allocator()
+        self.engines: EngineSet | None = None
+        self.sources: list[PhotoFace] = []
+        self.prepared: list[object] = []
+        self.reference_embeddings: list[np.ndarray] = []
+        self.enhancer: Enhancer | None = None
+        self.notes: list[str] = []
+
+    @property
+    def models(self) -> EngineSet:
+        """The loaded models; an error before `open()`."""
+        if self.engines is None:
+            raise RuntimeError("SwapJob.open() must be called before its models are used")
+        return self.engines
+
+    def open(self) -> None:
+        """Load the models and prepare every source (and reference) face once."""
+        cfg = self.config
+        runtimes = runtime_factory(cfg.runtime, self.allocator)
+        self.engines = build_engines(cfg.engine, detect=cfg.detect, swap=cfg.swap, models=cfg.models,
+                                     runtime=runtimes)
+        self.notes.append(self.engines.note)
+        self.engines.open()
+        if cfg.enhance.enabled:  # loaded only when asked for
+            from engines.gfpgan import GfpganEnhancer
+
+            path = find(cfg.enhance.model, cfg.models.dir)
+            enhancer = GfpganEnhancer(runtimes(path), every=cfg.enhance.every)
+            enhancer.open()
+            self.enhancer = enhancer
+            self.notes.append(f"enhancer: {path.name}, every {cfg.enhance.every} frame(s) per face")
+        for path in self.source_paths:
+            face = self.find_face(path, "source photo")
+            self.sources.append(face)
+            self.prepared.append(self.engines.swapper.prepare_source(face.image, face.landmarks))
+        for path in self.reference_paths:
+            face = self.find_face(path, "reference photo")
+            self.reference_embeddings.append(self.engines.embedder.forward(face.image, face.landmarks))
+
+    def find_face(self, path: str, what: str, image: ImageBGR | None = None) -> PhotoFace:
+        """The largest face of a photo (read from `path` unless `image` is given);
+        NoFaceError when there is none."""
+        models = self.models
+        image = read_image(path) if image is None else image
+        frame = FrameViews(image)
+        dets = models.detector.forward(frame)
+        if not dets:  # photos are often small: the engine's photo detector looks harder
+            dets = models.photo_detector.forward(frame)
+        if not dets:
+            raise NoFaceError(f"{what} {path!r}: no face found")
+        box, _ = max(dets, key=lambda d: (d[0][2] - d[0][0]) * (d[0][3] - d[0][1]))
+        if len(dets) > 1:
+            self.notes.append(f"{what} {path!r} has {len(dets)} faces; using the largest")
+        landmarks = models.landmarker.forward(frame, box)
+        return PhotoFace(path, image, landmarks, len(dets))
+
+    def share(self) -> None:
+        """Let several pipelines run on this job's models at once (a server's peers): each
+        model method then runs under its own lock, so one call of a kind at a time while
+        different stages still overlap. Call after open()."""
+        self.engines = share_engines(self.models)
+        if self.enhancer is not None:
+            self.enhancer = shared(self.enhancer)
+
+    def prepare(self, face: PhotoFace) -> object:
+        """The swapper's per-source preparation of `face` (safe beside running pipelines)."""
+        models = self.models
+        with exclusive(models.embedder, "forward"):  # the swapper may use the embedder inside
+            return models.swapper.prepare_source(face.image, face.landmarks)
+
+    def model_calls(self) -> dict[str, int]:
+        """Calls of each model so far (the models live as long as the job)."""
+        calls = self.models.calls()
+        if self.enhancer is not None:
+            calls["enhance"] = self.enhancer.calls
+        return calls

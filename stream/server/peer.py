@@ -1,0 +1,168 @@
+"""One WebRTC peer of `facestream serve`: its connection, its own pipeline on the server's
+shared models, and its live figures."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+from engines.errors import EngineError
+from stream.errors import StreamError, reason_of
+from stream.job.assembly import Pipeline
+from stream.job.runs import run_live
+from stream.job.swap_job import SwapJob
+from stream.server.faces import FaceEntry
+from stream.sinks.webrtc import SwappedTrack, WebRtcSink
+from stream.sources.webrtc import TrackReader, WebRtcSource
+
+log = logging.getLogger(__name__)
+
+# What `serve --codec` may ask to send back: a codec the browser offered, or its own first choice.
+CODECS = ("vp8", "h264", "auto")
+
+
+class PeerSession:
+    """One browser (or other WebRTC peer): its connection, its pipeline, its figures."""
+
+    def __init__(self, job: SwapJob, face: FaceEntry, codec: str = "vp8",
+                 say: Callable[[str], None] | None = None,
+                 on_failed: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """`job`: the shared models; `codec`: what to send back (see CODECS); `say`: one
+        line per event for the console; `on_failed(id)`: the connection failed or closed."""
+        self.job = job
+        self.codec_wanted = codec
+        self.say = say or (lambda line: None)
+        self.on_failed = on_failed
+        self.id = uuid.uuid4().hex[:12]
+        self.face = face
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.source = WebRtcSource(f"webrtc peer {self.id}")
+        self.out = SwappedTrack()
+        self.reader: TrackReader | None = None
+        self.thread: threading.Thread | None = None
+        self.pipeline: Pipeline | None = None
+        self.figures: dict[str, Any] = {}
+        self.report: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.codec: str | None = None
+        self.closed = False
+
+    async def answer(self, offer: RTCSessionDescription) -> RTCSessionDescription:
+        pc = self.pc
+        pc.on("track", self._on_track)
+        pc.on("connectionstatechange", self._on_state)
+        await pc.setRemoteDescription(offer)
+        video = [t for t in pc.getTransceivers() if t.kind == "video"]
+        if not video:
+            raise ValueError("the offer has no video")
+        pc.addTrack(self.out)
+        _prefer_codec(video[0], self.codec_wanted)
+        await pc.setLocalDescription(await pc.createAnswer())
+        self.codec = _negotiated_codec(video[0])
+        return pc.localDescription
+
+    def _on_track(self, track: Any) -> None:
+        if track.kind != "video" or self.reader is not None:
+            return
+        receiver = next((r for r in self.pc.getReceivers() if r.track is track), None)
+        self.reader = TrackReader(track, self.source, receiver, on_first=self._start_pipeline)
+        self.reader.start()
+
+    async def _on_state(self) -> None:
+        if self.pc.connectionState in ("failed", "closed") and self.on_failed is not None:
+            await self.on_failed(self.id)
+
+    def _start_pipeline(self, _frame: Any) -> None:
+        if self.closed:  # the peer left before its first frame was handled
+            return
+        self.thread = threading.Thread(target=self._run, name=f"fs-peer-{self.id}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        info = self.source.info
+        assert info is not None
+        self.say(f"peer {self.id}: {self.codec or 'video'} {info.width}x{info.height}, "
+                        f"face {self.face.name}")
+        sink = WebRtcSink(self.out, info.width, info.height)
+        try:
+            result = run_live(self.job, self.source, sink, self.source.name, status=self._on_figures,
+                              faces=[self.face.prepared], on_start=self._on_pipeline)
+            self.report = rep = result.report
+            lat = rep.get("latency", {})
+            self.say(f"peer {self.id}: ended after {rep['frames_in']} frames in, {rep['frames']} out, "
+                            f"{rep['drops']} dropped, latency p95 {lat.get('p95_ms', 0):.0f} ms")
+        except (StreamError, EngineError, ValueError) as exc:
+            self.error = reason_of(exc)
+            self.say(f"peer {self.id}: {self.error}")
+        except Exception as exc:  # noqa: BLE001 - one peer's failure must not take the server down
+            self.error = f"internal error: {type(exc).__name__}: {exc}"
+            log.exception("%s failed", self.source.name)
+
+    def _on_pipeline(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+
+    def _on_figures(self, figures: dict[str, Any]) -> None:
+        self.figures = figures
+
+    def set_face(self, face: FaceEntry) -> None:
+        self.face = face
+        if self.pipeline is not None:
+            self.pipeline.use_faces([face.prepared])
+
+    def state(self) -> dict[str, Any]:
+        info = self.source.info
+        return {"session": self.id, "connection": self.pc.connectionState, "face": self.face.id,
+                "codec": self.codec, "size": [info.width, info.height] if info else None,
+                "running": self.thread is not None and self.thread.is_alive(), "error": self.error,
+                **self.figures,
+                "received": self.source.frames_received, "replaced_in": self.source.frames_replaced,
+                "sent": self.out.frames_sent, "replaced_out": self.out.frames_replaced,
+                "decoder_backlog_max": self.reader.max_backlog if self.reader else 0}
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.source.end()  # the pipeline reads no more: it finishes and closes its stages
+        if self.reader is not None:
+            await self.reader.stop()
+        self.out.stop()
+        await self.pc.close()
+        if self.thread is not None:
+            await asyncio.to_thread(self.thread.join, 15.0)
+            if self.thread.is_alive():
+                log.warning("%s: pipeline still running after close", self.source.name)
+
+
+def _prefer_codec(transceiver: Any, codec: str) -> None:
+    """Answer with `codec` first when the peer offered it ("auto": the peer's order).
+
+    aiortc builds the transceiver from the offer and answers in the offer's order; its
+    `setCodecPreferences` only applies to transceivers we create, so the negotiated list
+    is reordered (stable: each RTX entry stays with its codec)."""
+    codecs = getattr(transceiver, "_codecs", None)
+    if codec == "auto" or not codecs:
+        return
+    mime = f"video/{codec}".lower()
+    chosen = {c.payloadType for c in codecs if c.mimeType.lower() == mime}
+    if not chosen:
+        return
+
+    def rank(c: Any) -> int:
+        if c.payloadType in chosen:
+            return 0
+        apt = c.parameters.get("apt") if c.mimeType.lower() == "video/rtx" else None
+        return 0 if apt is not None and int(apt) in chosen else 1
+
+    transceiver._codecs = sorted(codecs, key=rank)
+
+
+def _negotiated_codec(transceiver: Any) -> str | None:
+    codecs = getattr(transceiver, "_codecs", None) or []
+    media = [c for c in codecs if c.mimeType.lower() not in ("video/rtx", "video/red", "video/ulpfec")]
+    return media[0].mimeType.split("/", 1)[1] if media else None

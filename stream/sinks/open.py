@@ -1,0 +1,39 @@
+"""A live sink from what the user typed: `vcam`, `preview`, `rtsp://...`, or a file."""
+from __future__ import annotations
+
+from stream.config import Config
+from stream.media.video_info import VideoInfo
+from stream.sinks.file import FileSink
+from stream.sinks.protocol import LiveSink
+
+# Live encoding must keep up on the CPU next to the models: never slower than veryfast.
+LIVE_PRESETS = ("ultrafast", "superfast", "veryfast")
+
+
+def open_sink(spec: str, info: VideoInfo, cfg: Config, vcam_backend: str | None = None,
+              vcam_device: str | None = None) -> LiveSink:
+    """The live sink `spec` names (not opened yet): a file for anything not named otherwise."""
+    fps = float(info.rate) if info.rate > 0 else 30.0
+    if spec == "vcam":
+        from stream.sinks.vcam import VirtualCameraSink
+
+        return VirtualCameraSink(info.width, info.height, fps, device=vcam_device, backend=vcam_backend)
+    if spec == "preview":
+        from stream.sinks.preview import PreviewSink
+
+        return PreviewSink()
+    if spec.startswith(("rtsp://", "rtsps://")):
+        from stream.sinks.rtsp import RtspSink
+
+        return RtspSink(spec, info.width, info.height, fps, cfg.encode, preset=live_preset(cfg))
+    return record_sink(spec, info, cfg)
+
+
+def record_sink(path: str, info: VideoInfo, cfg: Config) -> FileSink:
+    """The file a live run is recorded into (`--record`)."""
+    return FileSink(path, info, cfg.encode)
+
+
+def live_preset(cfg: Config) -> str:
+    """The configured x264 preset, or veryfast when that one is too slow for live."""
+    return cfg.encode.preset if cfg.encode.preset in LIVE_PRESETS else "veryfast"
