@@ -1,16 +1,17 @@
 # The two commands of the README: `make demo` and `make test`. Both create the virtual
-# environment (.venv) and install the project into it on first use.
+# environment (.venv) and install the project into it on first use, with the `demo` extra
+# (the packages the demo pictures ship in) and the test tools.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deps bench install clean
+.PHONY: demo test test-deps check-install bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[demo,test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -36,6 +37,10 @@ test-deps:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(SYSTEM_TEST_PACKAGES); \
 	fi
+
+# A normal (non-editable) install into a fresh venv, every command run from it (CI runs it).
+check-install: $(STAMP)
+	tools/check_install.sh
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py

@@ -13,7 +13,7 @@ from typing import Any
 
 from engines.classical_swapper import ClassicalOptions
 from engines.protocols import Detector, Embedder, Landmarker, Swapper
-from engines.runtime import RuntimeFactory, runtime_factory
+from engines.runtime_registry import RuntimeFactory, runtime_factory
 
 
 @dataclass

@@ -1,14 +1,12 @@
-"""The inference-runtime seam: one protocol every runtime implements, the options that
-configure it, and the registry that makes one for a model file by name.
+"""The inference-runtime seam: the protocol every runtime implements and the options that
+configure it (`engines.runtime_registry` makes one for a model file by name).
 
 A model class (detector, embedder, swapper, enhancer, landmarker) receives a runtime and
 never builds one, so a new runtime (native TensorRT, a Triton client) is one new module
-here plus one entry in `RUNTIMES`, and no model class changes.
+plus one entry in `runtime_registry.RUNTIMES`, and no model class changes.
 """
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -84,36 +82,3 @@ class InferenceRuntime(Protocol):
     def close(self) -> None:
         """Release the model and its buffers (host and device)."""
         ...
-
-
-# A runtime for one model file, made when the model is built (opened later by the model).
-RuntimeFactory = Callable[[str | os.PathLike[str]], InferenceRuntime]
-
-
-def _ort(path: str | os.PathLike[str], options: RuntimeOptions,
-         allocator: HostAllocator | None) -> InferenceRuntime:
-    from engines.ort_runtime import OrtRuntime
-
-    return OrtRuntime(path, options, allocator)
-
-
-RUNTIMES: dict[str, Callable[[str | os.PathLike[str], RuntimeOptions, HostAllocator | None],
-                             InferenceRuntime]] = {
-    "onnxruntime": _ort,
-}
-
-
-def runtime_factory(options: RuntimeOptions | None = None,
-                    allocator: HostAllocator | None = None) -> RuntimeFactory:
-    """Makes runtimes of `options.kind` for model files, with these options and host
-    buffers from `allocator`; an unknown kind is a ValueError listing the known ones."""
-    options = options or RuntimeOptions()
-    try:
-        make = RUNTIMES[options.kind]
-    except KeyError:
-        raise ValueError(f"unknown runtime {options.kind!r}; known: {', '.join(sorted(RUNTIMES))}") from None
-
-    def factory(path: str | os.PathLike[str]) -> InferenceRuntime:
-        return make(path, options, allocator)
-
-    return factory

@@ -13,7 +13,7 @@ from engines.face import ImageBGR, Landmarks68
 from engines.frame_views import FrameViews
 from engines.protocols import Enhancer
 from engines.registry import EngineSet, build_engines
-from engines.runtime import runtime_factory
+from engines.runtime_registry import runtime_factory
 from stream.config import Config
 from stream.job.shared_models import exclusive, share_engines, shared
 from stream.media.image_io import read_image

@@ -1,0 +1,22 @@
+"""The wheel's package list is the source tree's: a new folder that is not listed would be
+missing from a normal install (and only an editable install would hide it)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_import_package_is_listed_for_the_wheel() -> None:
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setup["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for top in ("stream", "engines")
+               for p in (ROOT / top).rglob("__init__.py")}
+    assert listed - {"stream.presets"} == on_disk
+    # the presets ship inside the wheel, from configs/
+    assert setup["package-dir"]["stream.presets"] == "configs"
+    assert sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
