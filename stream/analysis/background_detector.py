@@ -1,0 +1,87 @@
+"""Detection on a thread of its own, so live tracking goes on while the detector works."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from engines.face import Box, ImageBGR
+from engines.frame_views import FrameViews
+from engines.protocols import Detector
+
+
+class BackgroundDetector:
+    """The detector on a thread of its own, one frame at a time (live runs).
+
+    `submit` copies the frame into a buffer reused for every detection and returns at
+    once (False while a detection is still running: the next due frame tries again);
+    `poll` returns the boxes of a finished detection, once. An error in the detector is
+    raised by the next `poll`, on the tracker's thread, so it stops the run as any stage
+    error does. `close` ends the thread.
+    """
+
+    def __init__(self, detector: Detector) -> None:
+        self.detector = detector
+        self._cond = threading.Condition()
+        self._image: np.ndarray | None = None
+        self._gray: np.ndarray | None = None
+        self._pending = False
+        self._result: list[tuple[Box, float]] | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.detections = 0
+
+    @property
+    def pending(self) -> bool:
+        """A detection is running (or its result not yet taken by `poll`)."""
+        return self._pending or self._result is not None
+
+    def submit(self, image: ImageBGR) -> bool:
+        with self._cond:
+            if self._pending or self._closed:
+                return False
+            if self._image is None or self._image.shape != image.shape:
+                self._image = np.empty_like(image)
+                self._gray = np.empty(image.shape[:2], np.uint8)
+            np.copyto(self._image, image)
+            self._pending = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="fs-detect", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return True
+
+    def poll(self) -> list[tuple[Box, float]] | None:
+        with self._cond:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            result, self._result = self._result, None
+            return result
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                image, gray = self._image, self._gray
+            assert image is not None
+            try:
+                dets = self.detector.forward(FrameViews(image, gray))
+                error = None
+            except Exception as exc:  # noqa: BLE001 - handed to the tracker's thread
+                dets, error = [], exc
+            with self._cond:
+                self._result, self._error = (None, error) if error is not None else (dets, None)
+                self._pending = False
+                self.detections += 1
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(5.0)
