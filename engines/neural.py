@@ -5,6 +5,8 @@ inswapper.py, fan_landmarker.py); these give them the shapes the tracker and sta
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from engines.arcface import ArcFaceEmbedder
@@ -58,7 +60,8 @@ class InSwapperSwapper:
     def forward(self, frame: ImageBGR, face: Face, source: object) -> SwapResult | None:
         return self.swapper.forward(frame, face, source)  # type: ignore[arg-type]
 
-    def forward_many(self, frame: ImageBGR, faces: list[Face], sources: list[object]) -> list[SwapResult | None]:
+    def forward_many(self, frame: ImageBGR, faces: Sequence[Face],
+                     sources: Sequence[object]) -> list[SwapResult | None]:
         """All faces of a frame in one model call where the export takes a batch."""
         return self.swapper.forward_many(frame, list(faces), list(sources))  # type: ignore[arg-type]
 

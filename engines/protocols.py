@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -13,7 +13,10 @@ from engines.frame_views import FrameViews
 
 class Detector(Protocol):
     name: str
-    calls: int
+    @property
+    def calls(self) -> int:
+        """Model calls so far (a batched call counts once)."""
+        ...
 
     def open(self) -> None: ...
 
@@ -24,7 +27,10 @@ class Detector(Protocol):
 
 class Landmarker(Protocol):
     name: str
-    calls: int
+    @property
+    def calls(self) -> int:
+        """Model calls so far (a batched call counts once)."""
+        ...
 
     def open(self) -> None: ...
 
@@ -39,7 +45,10 @@ class Landmarker(Protocol):
 
 class Embedder(Protocol):
     name: str
-    calls: int
+    @property
+    def calls(self) -> int:
+        """Model calls so far (a batched call counts once)."""
+        ...
     threshold: float  # identity distance below which two faces are the same person
 
     def open(self) -> None: ...
@@ -55,7 +64,10 @@ class Embedder(Protocol):
 
 class Swapper(Protocol):
     name: str
-    calls: int  # faces swapped so far (model calls for a model that batches them)
+    @property
+    def calls(self) -> int:
+        """Model calls so far (a batched call counts once)."""
+        ...
 
     def open(self) -> None: ...
 
@@ -63,7 +75,8 @@ class Swapper(Protocol):
         """Everything about a source face that does not depend on the target (once per source)."""
         ...
 
-    def forward(self, frame: ImageBGR, face: Face, source: object) -> SwapResult | None:
+    # A prepared source is the swapper's own (opaque) type: `Any` lets each swapper name its own.
+    def forward(self, frame: ImageBGR, face: Face, source: Any) -> SwapResult | None:
         """The source warped onto the target face, over the face's region only."""
         ...
 
@@ -72,7 +85,7 @@ class Swapper(Protocol):
         ...
 
     def forward_many(self, frame: ImageBGR, faces: Sequence[Face],
-                     sources: Sequence[object]) -> list[SwapResult | None]:
+                     sources: Sequence[Any]) -> list[SwapResult | None]:
         """`forward` for each face of one frame, in one model call where the model batches."""
         ...
 
@@ -80,7 +93,10 @@ class Swapper(Protocol):
 class Enhancer(Protocol):
     """Restores swapped faces (GFPGAN): run in the swap stage, pasted by the composite stage."""
 
-    calls: int
+    @property
+    def calls(self) -> int:
+        """Model calls so far (a batched call counts once)."""
+        ...
 
     def open(self) -> None: ...
 

@@ -1,1 +1,2 @@
-"""facestream's pipeline runtime: frames, rings, stages, sources, sinks, tracklets, CLI."""
+"""facestream's pipeline, in layers (lowest first): runtime, media, sources and sinks,
+analysis, stages, job, server, cli; `errors` and `config` under all of them."""

@@ -1,0 +1,1 @@
+"""Faces across frames: tracklets, background detection, selection, smoothing."""

@@ -19,6 +19,7 @@ from stream.cli.swap_command import job_for, run_swap, summarise
 from stream.errors import StreamError
 from stream.job.assembly import Pipeline
 from stream.job.swap_job import SwapJob
+from stream.media.video_info import VideoInfo
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -71,7 +72,7 @@ def cmd_swap(args: argparse.Namespace) -> int:
 
 
 def cmd_live(args: argparse.Namespace) -> int:
-    from stream.job.runs import run_live
+    from stream.job.runs import open_live, run_live
     from stream.job.status import format_status
     from stream.sinks.fanout import FanoutSink
     from stream.sinks.open import open_sink, record_sink
@@ -87,22 +88,16 @@ def cmd_live(args: argparse.Namespace) -> int:
     if args.record and args.output == args.record:
         raise CliError(f"--record {args.record!r} is also the --output")
     job = job_for(config, args.source)
-    source = open_source(args.input, width, height, args.fps, open_timeout=args.open_timeout)
-    info = source.open()
-    try:
-        job.open()
+    job.open()
+
+    def sinks_for(info: VideoInfo) -> FanoutSink:
         sinks = [open_sink(args.output, info, config, args.vcam_backend, args.vcam_device)]
         if args.record:
             sinks.append(record_sink(args.record, info, config))
-    except BaseException:
-        source.close()
-        raise
-    live_sink = FanoutSink(sinks)
-    try:
-        live_sink.open()
-    except BaseException:
-        source.close()
-        raise
+        return FanoutSink(sinks)
+
+    source = open_source(args.input, width, height, args.fps, open_timeout=args.open_timeout)
+    info, live_sink = open_live(source, sinks_for)
     for note in job.notes:
         print(f"note: {note}")
     job.notes.clear()
@@ -206,8 +201,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     dirs = search_dirs(args.models_dir)
     print("folders searched: " + ", ".join(str(d) for d in dirs))
     for name, item in CATALOG.items():
-        path = locate(name, args.models_dir)
-        where = f"found: {path}" if path else f"missing: put {item.file} in {dirs[0]}"
+        found = locate(name, args.models_dir)
+        where = f"found: {found}" if found else f"missing: put {item.file} in {dirs[0]}"
         print(f"  {name:<20} {item.kind:<10} {where}")
     return 0
 

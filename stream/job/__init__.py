@@ -1,0 +1,1 @@
+"""One run assembled: the swap job (models, source faces), the pipeline, the runs, the report."""

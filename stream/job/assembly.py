@@ -14,7 +14,7 @@ from stream.analysis.tracklets import Tracker
 from stream.config import Config
 from stream.runtime.allocator import Allocator
 from stream.runtime.metrics import Metrics
-from stream.runtime.protocols import Sink, Source
+from stream.runtime.protocols import Sink, Source, Worker
 from stream.runtime.ring import Policy, Ring
 from stream.runtime.runner import Runner
 from stream.runtime.slot import Slot
@@ -80,7 +80,7 @@ def assemble(config: Config, engines: EngineSet, faces: Sequence[object], refere
     analyse = AnalyseWorker(tracker, selector)
     swap = SwapWorker(engines.swapper, faces, enhancer)
     composite = CompositeWorker(engines.swapper, metrics, enhancer)
-    workers = [analyse, swap, composite]
+    workers: list[Worker] = [analyse, swap, composite]
     depth = config.pipeline.live_ring_depth if live else config.pipeline.ring_depth
     slots = frame_slots(shape, depth, len(workers))
     h, w = shape

@@ -70,6 +70,19 @@ def run_image(job: SwapJob, input_path: str, output_path: str) -> JobResult:
     return run_and_report(job, pipeline, output_path, {"input": str(input_path)}, staged=False)
 
 
+def open_live(source: LiveSource, make_sink: Callable[[VideoInfo], LiveSink]) -> tuple[VideoInfo, LiveSink]:
+    """Open a live source, then the sink `make_sink` builds for its picture size and rate;
+    if anything fails, what was opened is closed again before the error goes on."""
+    info = source.open()
+    try:
+        sink = make_sink(info)
+        sink.open()
+    except BaseException:
+        close_quietly(source)
+        raise
+    return info, sink
+
+
 def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
              status: Callable[[dict[str, Any]], None] | None = None,
              duration: float | None = None, faces: Sequence[object] | None = None,

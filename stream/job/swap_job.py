@@ -71,17 +71,17 @@ class SwapJob:
         if cfg.enhance.enabled:  # loaded only when asked for
             from engines.gfpgan import GfpganEnhancer
 
-            path = find(cfg.enhance.model, cfg.models.dir)
-            enhancer = GfpganEnhancer(runtimes(path), every=cfg.enhance.every)
+            model_file = find(cfg.enhance.model, cfg.models.dir)
+            enhancer = GfpganEnhancer(runtimes(model_file), every=cfg.enhance.every)
             enhancer.open()
             self.enhancer = enhancer
-            self.notes.append(f"enhancer: {path.name}, every {cfg.enhance.every} frame(s) per face")
-        for path in self.source_paths:
-            face = self.find_face(path, "source photo")
+            self.notes.append(f"enhancer: {model_file.name}, every {cfg.enhance.every} frame(s) per face")
+        for photo in self.source_paths:
+            face = self.find_face(photo, "source photo")
             self.sources.append(face)
             self.prepared.append(self.engines.swapper.prepare_source(face.image, face.landmarks))
-        for path in self.reference_paths:
-            face = self.find_face(path, "reference photo")
+        for photo in self.reference_paths:
+            face = self.find_face(photo, "reference photo")
             self.reference_embeddings.append(self.engines.embedder.forward(face.image, face.landmarks))
 
     def find_face(self, path: str, what: str, image: ImageBGR | None = None) -> PhotoFace:

@@ -1,0 +1,1 @@
+"""Where finished frames go: one module per kind (file, image, vcam, preview, rtsp, webrtc)."""

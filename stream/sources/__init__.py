@@ -1,0 +1,1 @@
+"""Where frames come from: one module per kind (file, image, capture, rtsp, webrtc)."""

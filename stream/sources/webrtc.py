@@ -23,6 +23,7 @@ import numpy as np
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
+from stream.errors import SourceError
 from stream.media.clock import VIDEO_TIME_BASE, CaptureClock
 from stream.media.convert import convert_into
 from stream.media.video_info import VideoInfo
@@ -54,6 +55,13 @@ class WebRtcSource:
         self._i420: np.ndarray | None = None
         self.clock = CaptureClock()
         self.wait_s = 0.0  # of the last read: time spent waiting for a frame to arrive
+
+    def open(self) -> VideoInfo:
+        """The picture size and rate, known once the first frame has arrived (the peer's
+        pipeline starts on it); a SourceError before."""
+        if self.info is None:
+            raise SourceError(f"{self.name}: no frame has arrived yet")
+        return self.info
 
     def offer(self, frame: av.VideoFrame) -> None:
         with self._cond:
