@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deps check-install bench install clean
+.PHONY: demo test test-deps check-install lint bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ test-deps:
 # A normal (non-editable) install into a fresh venv, every command run from it (CI runs it).
 check-install: $(STAMP)
 	tools/check_install.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check stream engines tools tests
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py
