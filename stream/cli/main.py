@@ -19,6 +19,7 @@ from stream.cli.swap_command import job_for, run_swap, summarise
 from stream.errors import StreamError
 from stream.job.assembly import Pipeline
 from stream.job.swap_job import SwapJob
+from stream.media.demo_clips import DemoUnavailable
 from stream.media.video_info import VideoInfo
 
 EXIT_ERROR = 1
@@ -137,7 +138,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     sources = list(args.source)
     if not sources:
-        sources = [demo_face()]
+        try:
+            sources = [demo_face()]
+        except DemoUnavailable as exc:
+            raise CliError(f"give --source PHOTO (no --source given, and {exc})") from exc
         print(f"note: no --source given: offering the demo face ({sources[0]}); upload your own on the page")
     job = SwapJob(config, sources)
     job.open()
