@@ -130,7 +130,7 @@ def test_bad_configuration(tmp_path: Path, source_photo: Path, face_clip: Path, 
     assert_one_line_error(res, needle)
 
 
-def test_odd_sized_video_is_a_clear_error(tmp_path: Path, source_photo: Path) -> None:
+def test_odd_sized_video_is_padded_not_refused(tmp_path: Path, source_photo: Path) -> None:
     import av
 
     clip = tmp_path / "odd.mkv"
@@ -144,7 +144,12 @@ def test_odd_sized_video_is_a_clear_error(tmp_path: Path, source_photo: Path) ->
         out.mux(stream.encode(None))
     res = facestream("swap", "--source", str(source_photo), "--input", str(clip),
                      "--output", str(tmp_path / "o.mp4"))
-    assert_one_line_error(res, "even width and height", "321x241")
+    assert res.returncode == 0, res.stderr
+    assert "321x241 picture is padded to 322x242" in res.stdout
+    with av.open(str(tmp_path / "o.mp4")) as c:
+        frames = [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+    assert len(frames) == 5 and frames[0].shape == (242, 322, 3)
+    assert abs(int(frames[4][120, 160, 1]) - 160) <= 3  # the picture itself is unchanged
 
 
 def test_output_onto_the_input_is_refused(tmp_path: Path, source_photo: Path, face_clip: Path) -> None:
@@ -185,8 +190,12 @@ def test_ctrl_c_finalises_the_output(tmp_path: Path, source_photo: Path) -> None
                              "--input", str(clip), "--output", str(out), "--x264-preset", "ultrafast"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not out.exists() or out.stat().st_size < 20_000):
-        time.sleep(0.1)
+
+    def writing() -> bool:  # the output is written under a hidden partial name until it is final
+        return any(p.stat().st_size >= 20_000 for p in tmp_path.glob(".out.mp4.partial-*"))
+
+    while time.monotonic() < deadline and not writing():
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

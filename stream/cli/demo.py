@@ -11,6 +11,7 @@ import numpy as np
 from stream.cli.swap_command import run_swap, summarise
 from stream.config import Config
 from stream.errors import SinkError
+from stream.job.report import Written
 from stream.job.swap_job import SwapJob
 from stream.media.demo_clips import astronaut, make_demo_clip
 
@@ -49,7 +50,7 @@ def contact_sheet(before: Path, after: Path, sheet: Path, frames: int, rows: int
 
 
 def run_demo(config: Config, out_dir: Path, seconds: float, quiet: bool = False,
-             stats_json: str | None = None) -> int:
+             stats_json: str | None = None, written: Written | None = None) -> int:
     """Build the demo clip and source face into `out_dir`, swap, write the contact sheet."""
     astronaut()  # the demo extra missing is said before any file is made
     try:
@@ -68,7 +69,7 @@ def run_demo(config: Config, out_dir: Path, seconds: float, quiet: bool = False,
     job = SwapJob(config, [str(source)])
     job.open()
     print(f"swapping the astronaut into {frames} frames ...")
-    result = run_swap(job, str(target), str(swapped), quiet=quiet)
+    result = run_swap(job, str(target), str(swapped), quiet=quiet, written=written)
     summarise(result, quiet, stats_json)
     contact_sheet(target, swapped, sheet, frames)
     print("demo files:")

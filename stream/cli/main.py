@@ -15,9 +15,10 @@ from engines.errors import EngineError
 from stream.cli.demo import demo_face, run_demo
 from stream.cli.parser import CliError, build_parser, config_from_args
 from stream.cli.progress import Progress
-from stream.cli.swap_command import job_for, run_swap, summarise
+from stream.cli.swap_command import check_output, job_for, run_swap, summarise
 from stream.errors import StreamError
 from stream.job.assembly import Pipeline
+from stream.job.report import Written
 from stream.job.swap_job import SwapJob
 from stream.media.demo_clips import DemoUnavailable
 from stream.media.video_info import VideoInfo
@@ -30,13 +31,15 @@ log = logging.getLogger("facestream")
 
 class StopOnCtrlC:
     """In a live run Ctrl-C is how a user ends it: the first one stops the pipeline cleanly
-    (summary, exit 0), a second one interrupts at once. Outside the main thread, or before
-    the pipeline exists, Ctrl-C interrupts as usual."""
+    (summary, exit 0), a second one interrupts at once. SIGTERM and SIGHUP (a service
+    manager, a dropped SSH session) stop it the same way. Outside the main thread, or
+    before the pipeline exists, they interrupt as usual."""
+
+    SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 
     def __init__(self) -> None:
         self.pipeline: Pipeline | None = None
-        self._previous: Any = None
-        self._installed = False
+        self._previous: dict[int, Any] = {}
 
     def watch(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
@@ -44,29 +47,32 @@ class StopOnCtrlC:
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         pipeline = self.pipeline
         if pipeline is None or pipeline.runner.stopped:
-            raise KeyboardInterrupt
-        pipeline.stop("stopped by Ctrl-C")
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+        pipeline.stop("stopped by Ctrl-C" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}")
 
     def __enter__(self) -> StopOnCtrlC:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-            self._installed = True
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handler)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
 
 
 def cmd_swap(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    check_output(args.input, args.output, args.overwrite)  # before the models load
     job = job_for(config, args.source)
     job.open()
     for note in job.notes:
         print(f"note: {note}")
     job.notes.clear()
-    result = run_swap(job, args.input, args.output, quiet=args.quiet)
+    result = run_swap(job, args.input, args.output, quiet=args.quiet, overwrite=args.overwrite,
+                      written=args.written)
     summarise(result, args.quiet, args.stats_json)
     print(f"wrote {result.output}")
     return 0
@@ -76,6 +82,7 @@ def cmd_live(args: argparse.Namespace) -> int:
     from stream.job.runs import open_live, run_live
     from stream.job.status import format_status
     from stream.sinks.fanout import FanoutSink
+    from stream.sinks.file import FileSink
     from stream.sinks.open import open_sink, record_sink
     from stream.sources.open import open_source
 
@@ -108,9 +115,15 @@ def cmd_live(args: argparse.Namespace) -> int:
     def status(figures: dict[str, Any]) -> None:
         print(f"\r{format_status(figures)}   ", end="", file=sys.stderr, flush=True)
 
-    with StopOnCtrlC() as ctrl_c:
-        result = run_live(job, source, live_sink, args.output, status=None if args.quiet else status,
-                          duration=args.duration, on_start=ctrl_c.watch)
+    files = [sink for sink in getattr(live_sink, "sinks", []) if isinstance(sink, FileSink)]
+    try:
+        with StopOnCtrlC() as ctrl_c:
+            result = run_live(job, source, live_sink, args.output, status=None if args.quiet else status,
+                              duration=args.duration, on_start=ctrl_c.watch)
+    finally:
+        kept = [sink for sink in files if sink.kept is not None]
+        if kept:
+            args.written.path, args.written.frames = kept[-1].kept, kept[-1].frames_written
     if not args.quiet:
         print(file=sys.stderr)
     summarise(result, args.quiet, args.stats_json)
@@ -183,7 +196,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    return run_demo(config, Path(args.out_dir), args.seconds, quiet=args.quiet, stats_json=args.stats_json)
+    return run_demo(config, Path(args.out_dir), args.seconds, quiet=args.quiet, stats_json=args.stats_json,
+                    written=args.written)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -211,9 +225,31 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _written_so_far(job_output: str | None) -> str:
-    if job_output and Path(job_output).is_file() and Path(job_output).stat().st_size > 0:
-        return f" (what was written so far is in {job_output})"
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (timeout, docker stop, systemd) or SIGHUP (a dropped SSH session): the run
+    stops as on Ctrl-C, so what was written is finalised; the exit code is 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(signum)
+
+
+def _stop_on_termination() -> None:
+    """SIGTERM and SIGHUP end a run the way Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, _raise_terminated)
+
+
+def _written_so_far(written: Written) -> str:
+    if written.path is not None and written.frames:
+        return f" (what was written so far, {written.frames} frame(s), is in {written.path})"
     return ""
 
 
@@ -223,19 +259,24 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live,
                 "serve": cmd_serve}
-    output = getattr(args, "record", None) if args.command == "live" else getattr(args, "output", None)
+    args.written = written = Written()
+    if args.command != "serve":  # the server handles its own signals on its event loop
+        _stop_on_termination()
     try:
         return handlers[args.command](args)
+    except Terminated as exc:
+        print(f"\nfacestream: stopped by {exc}{_written_so_far(written)}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
-        print(f"\nfacestream: interrupted{_written_so_far(output)}", file=sys.stderr)
+        print(f"\nfacestream: interrupted{_written_so_far(written)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (StreamError, EngineError, CliError, ValueError) as exc:
-        print(f"facestream: error: {exc}{_written_so_far(output)}", file=sys.stderr)
+        print(f"facestream: error: {exc}{_written_so_far(written)}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # a bug: still one line, the traceback only with --verbose
         log.debug("unexpected error", exc_info=exc)
         print(f"facestream: internal error: {type(exc).__name__}: {exc} (run with --verbose for details)"
-              f"{_written_so_far(output)}", file=sys.stderr)
+              f"{_written_so_far(written)}", file=sys.stderr)
         return EXIT_ERROR
 
 

@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     swap.add_argument("--input", "-i", required=True, metavar="PATH", help="video (.mp4, .mkv, ...) or picture")
     swap.add_argument("--output", "-o", required=True, metavar="PATH",
                       help="where to write the result (.mp4/.mkv/.mov for videos, .png/.jpg for pictures)")
+    swap.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=True,
+                      help="replace an existing OUTPUT (the default); --no-overwrite refuses to. Either way "
+                           "the result is written under a hidden name beside OUTPUT and renamed onto it once "
+                           "finalised, so a failed run never leaves a broken OUTPUT")
     _add_run_options(swap)
     demo = sub.add_parser(
         "demo", help="build a demo clip from installed pictures, swap it, write a contact sheet",

@@ -7,9 +7,10 @@ from pathlib import Path
 from stream.cli.parser import CliError
 from stream.cli.progress import Progress
 from stream.config import Config
-from stream.job.report import JobResult
+from stream.job.report import JobResult, Written
 from stream.job.runs import run_image, run_video
 from stream.job.swap_job import SwapJob
+from stream.media.atomic import same_file
 from stream.media.image_io import is_image_path
 from stream.media.video_info import VideoInfo
 from stream.runtime.metrics import format_report, write_json
@@ -31,10 +32,20 @@ def job_for(config: Config, sources: list[str]) -> SwapJob:
     return SwapJob(config, sources, refs)
 
 
-def run_swap(job: SwapJob, input_path: str, output_path: str, quiet: bool = False) -> JobResult:
-    """A picture or a video through `job` (a progress bar for videos unless `quiet`)."""
-    if Path(output_path).resolve() == Path(input_path).resolve():
-        raise CliError(f"output {output_path!r} is the input: it would be overwritten while read")
+def check_output(input_path: str, output_path: str, overwrite: bool) -> None:
+    """Refuse, before anything is loaded or written, an output that is the input itself (the
+    same path, a symlink or a hard link to it) or, with `overwrite` off, one that exists."""
+    if same_file(input_path, output_path):
+        raise CliError(f"output {output_path!r} is the input file: it would be overwritten while read")
+    if not overwrite and Path(output_path).exists():
+        raise CliError(f"output {output_path!r} exists already (--overwrite replaces it)")
+
+
+def run_swap(job: SwapJob, input_path: str, output_path: str, quiet: bool = False, overwrite: bool = True,
+             written: Written | None = None) -> JobResult:
+    """A picture or a video through `job` (a progress bar for videos unless `quiet`);
+    `written` is told where the frames written so far are, also when the run fails."""
+    check_output(input_path, output_path, overwrite)
     if is_image_path(input_path):
         if not is_image_path(output_path):
             raise CliError(f"output {output_path!r}: a picture input needs a picture output (.png, .jpg)")
@@ -50,7 +61,8 @@ def run_swap(job: SwapJob, input_path: str, output_path: str, quiet: bool = Fals
         progress["bar"].update()
 
     try:
-        return run_video(job, input_path, output_path, on_start=on_start, on_frame=on_frame)
+        return run_video(job, input_path, output_path, on_start=on_start, on_frame=on_frame,
+                         overwrite=overwrite, written=written)
     finally:
         if "bar" in progress:
             progress["bar"].close()

@@ -10,6 +10,14 @@ from stream.job.swap_job import SwapJob
 
 
 @dataclass
+class Written:
+    """What a run left at its output, filled in as the run ends (also when it fails)."""
+
+    path: Path | None = None  # where the frames written so far are; None: nothing was kept
+    frames: int = 0
+
+
+@dataclass
 class JobResult:
     report: dict[str, Any]
     output: Path

@@ -5,14 +5,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stream.errors import SourceError
+from stream.errors import SinkError, SourceError
 from stream.job.assembly import Pipeline, assemble
 from stream.job.cadence import AdaptiveCadence
-from stream.job.report import JobResult, run_and_report
+from stream.job.report import JobResult, Written, run_and_report
 from stream.job.status import StatusLine
 from stream.job.swap_job import SwapJob
 from stream.media.close import close_quietly
-from stream.media.image_io import read_image
+from stream.media.image_io import read_picture
+from stream.media.probe import probe_video
 from stream.media.video_info import VideoInfo
 from stream.runtime.metrics import Metrics
 from stream.runtime.protocols import Sink, Source
@@ -35,13 +36,16 @@ def _assemble(job: SwapJob, shape: tuple[int, int], source: Source, sink: Sink, 
 
 def run_video(job: SwapJob, input_path: str, output_path: str,
               on_start: Callable[[VideoInfo], None] | None = None,
-              on_frame: Callable[[Slot], None] | None = None) -> JobResult:
-    """Every frame of a video file, in order, into a new file with the input's timing and
-    audio. `on_start` gets the input's description once it is open; `on_frame` each slot
-    written (a progress bar)."""
+              on_frame: Callable[[Slot], None] | None = None,
+              overwrite: bool = True, written: Written | None = None) -> JobResult:
+    """Every frame of a video file, in order, upright, into a new file with the input's
+    timing, audio tracks and subtitles. `on_start` gets the input's description once it is
+    open; `on_frame` each slot written (a progress bar). `overwrite=False` refuses an
+    existing output. `written` is filled in as the run ends, even when it fails: where the
+    frames written so far are. The output is read back before the run counts as done."""
     source = FileSource(input_path)
     info = source.open()
-    sink = FileSink(output_path, info, job.config.encode, audio_from=input_path)
+    sink = FileSink(output_path, info, job.config.encode, audio_from=input_path, overwrite=overwrite)
     try:
         sink.open()
     except BaseException:
@@ -55,19 +59,42 @@ def run_video(job: SwapJob, input_path: str, output_path: str,
         close_quietly(sink)
         source.close()
         raise
-    result = run_and_report(job, pipeline, output_path, {"input": str(input_path), "video": {
-        "width": info.width, "height": info.height, "fps": float(info.rate),
-        "frames_expected": info.frames, "has_audio": info.has_audio}}, job.config.pipeline.staged)
+    try:
+        result = run_and_report(job, pipeline, output_path, {"input": str(input_path), "video": {
+            "width": info.width, "height": info.height, "fps": float(info.rate), "rotation": info.rotation,
+            "frames_expected": info.frames, "has_audio": info.has_audio}}, job.config.pipeline.staged)
+    finally:
+        if written is not None:
+            written.path, written.frames = sink.kept, sink.frames_written
+    check = probe_video(sink.path)
+    result.report["output_check"] = check.as_dict()
+    if check.video_frames != sink.frames_written:
+        raise SinkError(f"output {output_path!r} holds {check.video_frames} frames where "
+                        f"{sink.frames_written} were written")
+    if info.rotation:
+        result.notes.append(f"the input is stored turned (display rotation {info.rotation} degrees): "
+                            "swapped and written upright")
+    if source.pts_repaired:
+        result.notes.append(f"{source.pts_repaired} frame(s) had no increasing timestamp (B-frames in a "
+                            "container without presentation times): timed by their order")
+    result.notes.extend(sink.notes)
+    if sink.replaced:
+        result.notes.append(f"replaced the existing {output_path}")
     if source.shortfall:  # the output is complete and final; the input was not
         raise SourceError(source.shortfall)
     return result
 
 
 def run_image(job: SwapJob, input_path: str, output_path: str) -> JobResult:
-    """A still picture: a one-frame stream, run serially (frame 0 always detects)."""
-    image = read_image(input_path)
-    pipeline = _assemble(job, image.shape[:2], ImageSource(image), ImageSink(output_path), False)
-    return run_and_report(job, pipeline, output_path, {"input": str(input_path)}, staged=False)
+    """A still picture: a one-frame stream, run serially (frame 0 always detects). The swap
+    works on the picture's 8-bit colour; its alpha and 16-bit depth go back into the output
+    where the format holds them, and the result's notes say what the format could not."""
+    picture = read_picture(input_path)
+    sink = ImageSink(output_path, picture)
+    pipeline = _assemble(job, picture.bgr.shape[:2], ImageSource(picture.bgr), sink, False)
+    result = run_and_report(job, pipeline, output_path, {"input": str(input_path)}, staged=False)
+    result.notes.extend(sink.notes)
+    return result
 
 
 def open_live(source: LiveSource, make_sink: Callable[[VideoInfo], LiveSink]) -> tuple[VideoInfo, LiveSink]:

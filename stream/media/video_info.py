@@ -13,6 +13,9 @@ class VideoInfo:
     `time_base` is the unit of the frames' pts; `frames` is the container's frame count,
     or an estimate from `duration * rate`, or 0 when unknown; `duration` is in seconds
     (0.0 when unknown); `has_audio` says whether the container holds an audio stream.
+    `rotation` is what the source turned its stored frames by (counter-clockwise degrees,
+    from the file's display matrix) so they are upright: `width` and `height` are the
+    upright picture's.
     """
 
     width: int
@@ -22,6 +25,7 @@ class VideoInfo:
     frames: int = 0
     duration: float = 0.0
     has_audio: bool = False
+    rotation: int = 0
 
     @property
     def frame_duration(self) -> Fraction:

@@ -1,4 +1,5 @@
-"""A video file as a sink: H.264 with PyAV, the input's timing kept, its audio copied untouched."""
+"""A video file as a sink: H.264 with PyAV, the input's timing and other streams kept, the
+file written under a hidden name and renamed onto the output once it is finalised."""
 from __future__ import annotations
 
 import logging
@@ -12,72 +13,34 @@ import numpy as np
 
 from stream.config import EncodeConfig
 from stream.errors import SinkError, SourceError, reason_of
+from stream.media.atomic import commit, discard, partial_path
 from stream.media.close import close_quietly
 from stream.media.convert import YuvFramer
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
+from stream.sinks.carried_streams import CarriedStreams
 
 log = logging.getLogger(__name__)
 
 # Encoders that understand x264-style rate control; others only get the preset.
 _CRF_CODECS = {"libx264", "libx265"}
-
-
-class _AudioCopy:
-    """Audio packets of another file, muxed unchanged into the output as video time advances.
-
-    A demuxer of its own (not the video source's) keeps source and sink independent.
-    """
-
-    def __init__(self, path: Path, output: av.container.OutputContainer) -> None:
-        self.path = path
-        try:
-            self._input = av.open(str(path), "r")
-        except (av.FFmpegError, OSError, ValueError) as exc:
-            raise SourceError(f"audio {str(path)!r}: cannot be read ({reason_of(exc)})") from exc
-        self.stream: av.AudioStream | None = None
-        if self._input.streams.audio:
-            source = self._input.streams.audio[0]
-            self.stream = output.add_stream_from_template(source)
-            self._packets = self._input.demux(source)
-        self._pending: av.Packet | None = None
-        self.packets = 0
-
-    def mux_until(self, output: av.container.OutputContainer, until: float | None) -> None:
-        """Mux the audio packets that start before `until` seconds (all of them for None)."""
-        if self.stream is None:
-            return
-        while True:
-            packet = self._pending
-            if packet is None:
-                try:
-                    packet = next(self._packets)
-                except (StopIteration, av.FFmpegError, OSError) as exc:
-                    if not isinstance(exc, StopIteration):
-                        log.warning("audio %s: stopped at packet %d: %s", self.path, self.packets, exc)
-                    self.stream = None  # nothing more to copy
-                    return
-                if packet.dts is None and packet.pts is None:  # the demuxer's end-of-stream flush
-                    continue
-            stamp = packet.dts if packet.dts is not None else packet.pts
-            if until is not None and stamp * packet.time_base >= until:
-                self._pending = packet
-                return
-            self._pending = None
-            packet.stream = self.stream
-            output.mux(packet)
-            self.packets += 1
-
-    def close(self) -> None:
-        self._input.close()
+# Containers that index frames rather than time them: their time base must be one frame,
+# or the header's frame rate is the time base's (AVI claimed 600 fps with a 1/600 base).
+_FRAME_INDEXED = {".avi"}
 
 
 class FileSink:
     """Encodes BGR slots into a video file with the input's exact pts.
 
-    Lifecycle: `open()`, `write(slot)` per frame, `close()`. `close()` always finalises
-    the container, so a run stopped by an exception or Ctrl-C leaves a playable file
-    with the frames written so far.
+    Lifecycle: `open()`, `write(slot)` per frame, `close()`. The file is written under a
+    hidden partial name beside the output. `close()` always finalises it and, when it holds
+    frames, renames it onto the output: a run stopped by an error, Ctrl-C, SIGTERM or
+    SIGHUP leaves a playable file with the frames written so far (`kept`); a run that
+    wrote nothing, or a crash, leaves an existing output as it was.
+
+    `overwrite=False` refuses an existing output at `open()`. Odd picture sizes are padded
+    by one pixel (4:2:0 H.264 needs even ones); `notes` says so, and what happened to the
+    input's other streams (`carry_from`: audio tracks and subtitles).
     """
 
     def __init__(
@@ -86,17 +49,29 @@ class FileSink:
         info: VideoInfo,
         encode: EncodeConfig,
         audio_from: str | os.PathLike[str] | None = None,
+        overwrite: bool = True,
     ) -> None:
         self.path = Path(path)
         self.info = info
         self.encode = encode
         self.audio_from = Path(audio_from) if audio_from is not None else None
+        self.overwrite = overwrite
         self.frames_written = 0
+        self.partial = partial_path(self.path)
+        self.kept: Path | None = None  # the output, once close() put the frames there
+        self.replaced = False  # an earlier file of the output's name was replaced
+        self.notes: list[str] = []
         self._output: av.container.OutputContainer | None = None
         self._video: av.VideoStream | None = None
-        self._audio: _AudioCopy | None = None
+        self._audio: CarriedStreams | None = None
         self._framer: YuvFramer | None = None
-        self._time_base = info.time_base
+        # Even size for the encoder; the picture padded into `_padded` when it is odd.
+        self.width, self.height = info.width + info.width % 2, info.height + info.height % 2
+        self._padded: np.ndarray | None = None
+        self._frame_indexed = self.path.suffix.lower() in _FRAME_INDEXED
+        self._in_time_base = info.time_base
+        self._time_base = Fraction(1, 1) / (info.rate if info.rate > 0 else 30) if self._frame_indexed \
+            else info.time_base
         # Packets wait (in decode order) until the pts of the frame after theirs is known,
         # so each gets its true duration: mp4 ends the track at max(pts + duration), and
         # without durations the muxer guesses the last frame from the nominal rate.
@@ -119,22 +94,20 @@ class FileSink:
         Raises SinkError when the path cannot be written: missing folder, permission,
         a directory, or an extension no muxer knows.
         """
-        if self.info.width % 2 or self.info.height % 2:
-            # 4:2:0 chroma is subsampled by two both ways; x264 refuses odd sizes with a
-            # "generic error", so say what is wrong before trying.
-            raise self._error(f"H.264 in yuv420p needs an even width and height; the input is "
-                              f"{self.info.width}x{self.info.height}")
         if self.path.is_dir():
             raise self._error("is a directory")
         if not self.path.parent.is_dir():
             raise self._error(f"folder {str(self.path.parent)!r} does not exist")
+        if self.path.exists() and not self.overwrite:
+            raise self._error("exists already (--overwrite replaces it)")
         if not os.access(self.path.parent, os.W_OK) or (
             self.path.exists() and not os.access(self.path, os.W_OK)
         ):
             raise self._error("permission denied")
         try:
-            output = av.open(str(self.path), "w")
+            output = av.open(str(self.partial), "w")
         except (av.FFmpegError, OSError, ValueError) as exc:
+            discard(self.partial)
             raise self._error(f"cannot be written ({reason_of(exc)})") from exc
         try:
             self._setup(output)
@@ -143,9 +116,11 @@ class FileSink:
             output.start_encoding()
         except SourceError:
             close_quietly(output)
+            discard(self.partial)
             raise
         except (av.FFmpegError, OSError, ValueError, TypeError) as exc:
             close_quietly(output)
+            discard(self.partial)
             raise self._error(f"cannot be written with {self.encode.codec} "
                               f"({reason_of(exc)})") from exc
         self._output = output
@@ -154,9 +129,14 @@ class FileSink:
         info, enc = self.info, self.encode
         rate = info.rate if info.rate > 0 else Fraction(30)
         video = output.add_stream(enc.codec, rate=rate)
-        video.width, video.height, video.pix_fmt = info.width, info.height, "yuv420p"
+        video.width, video.height, video.pix_fmt = self.width, self.height, "yuv420p"
+        if (self.width, self.height) != (info.width, info.height):
+            # 4:2:0 chroma is subsampled by two both ways: x264 refuses odd sizes.
+            self._padded = np.empty((self.height, self.width, 3), np.uint8)
+            self.notes.append(f"the {info.width}x{info.height} picture is padded to {self.width}x{self.height} "
+                              "(H.264 in 4:2:0 needs an even width and height; the last row/column is repeated)")
         # The input's time base on codec and stream: pts pass through without rescaling,
-        # so VFR timing survives exactly.
+        # so VFR timing survives exactly (frame-indexed containers: one frame per tick).
         video.time_base = self._time_base
         video.codec_context.time_base = self._time_base
         video.codec_context.thread_count = enc.threads
@@ -166,10 +146,11 @@ class FileSink:
         video.options = options
         self._video = video
         if self.audio_from is not None:
-            self._audio = _AudioCopy(self.audio_from, output)
-            if self._audio.stream is None:
+            self._audio = CarriedStreams(self.audio_from, output, self.path.suffix)
+            self.notes.extend(self._audio.notes)
+            if not self._audio.audio_tracks:
                 log.info("%s has no audio stream; the output has none", self.audio_from)
-        self._framer = YuvFramer(info.width, info.height)
+        self._framer = YuvFramer(self.width, self.height)
 
     def write(self, slot: Slot) -> None:
         """Encode `slot.image` (H, W, 3 uint8 BGR) with pts `slot.pts` in `slot.time_base`."""
@@ -185,6 +166,13 @@ class FileSink:
                 raise self._error(f"frame {self.frames_written}: pts {pts} after {self._last_pts} "
                                   "(pts must increase)")
             self._next_pts[self._last_pts] = pts
+        if self._padded is not None:
+            h, w = image.shape[:2]
+            pad = self._padded
+            pad[:h, :w] = image
+            pad[:h, w:] = image[:, w - 1:]  # (nothing when the width is even)
+            pad[h:, :] = pad[h - 1:h, :]
+            image = pad
         frame = self._to_frame(image)
         frame.pts = pts
         frame.time_base = self._time_base
@@ -193,7 +181,7 @@ class FileSink:
             for packet in packets:
                 self._mux_video(packet)
         except (av.FFmpegError, OSError) as exc:
-            raise self._error(f"encoding frame {self.frames_written} failed: {reason_of(exc)}") from exc
+            raise self._error(f"writing frame {self.frames_written} failed ({reason_of(exc)})") from exc
         if self._last_pts is not None:
             self._last_gap = pts - self._last_pts
         if self._first_pts is None:
@@ -206,6 +194,9 @@ class FileSink:
             return round(self.frames_written * self.info.frame_duration / self._time_base)
         if slot.time_base is None or slot.time_base == self._time_base:
             return slot.pts
+        if self._frame_indexed:  # one tick per frame: the nearest frame slot, never a repeat
+            return max(round(slot.pts * slot.time_base / self._time_base),
+                       (self._last_pts + 1) if self._last_pts is not None else 0)
         return round(slot.pts * slot.time_base / self._time_base)
 
     def _to_frame(self, image: np.ndarray) -> av.VideoFrame:
@@ -249,14 +240,19 @@ class FileSink:
         return self.info.frames <= 0 or self.frames_written >= self.info.frames
 
     def close(self) -> None:
-        """Flush the encoder, mux the remaining audio, finalise the file. Idempotent.
+        """Flush the encoder, mux the remaining streams, finalise the file and rename it onto
+        the output (when it holds frames). Idempotent.
 
-        After a full run the audio is copied to its end; after a run stopped early
-        (fewer frames than the input had) only up to the last video frame.
+        After a full run the other streams are copied to their end; after a run stopped early
+        (fewer frames than the input had) only up to the last video frame. A file that cannot
+        be finalised (the disk is full) is removed and the error names the cause; an
+        existing output is then left as it was.
         """
         output = self._output
         if output is None:
             return
+        error: SinkError | None = None
+        finalised = True
         try:
             if self._video is not None and self.frames_written:
                 end = self._end_pts()
@@ -267,19 +263,37 @@ class FileSink:
                     until = None if self._complete() else (
                         float(end * self._time_base) if end is not None else 0.0)
                     self._audio.mux_until(output, until)
+                    self._audio.finish(output)
         except (av.FFmpegError, OSError) as exc:
-            raise self._error(f"finishing the file failed: {reason_of(exc)}") from exc
+            error = self._error(f"finishing the file failed ({reason_of(exc)})")
         finally:
             # Whatever happened above (even Ctrl-C), write the trailer so the file plays.
             self._output = None
             try:
                 output.close()
             except (av.FFmpegError, OSError) as exc:
-                log.error("closing %s: %s", self.path, exc)
+                error = error or self._error(f"finishing the file failed ({reason_of(exc)})")
+                finalised = False
             if self._audio is not None:
                 self._audio.close()
                 self._audio = None
-            log.debug("wrote %d frames to %s", self.frames_written, self.path)
+            self._settle(finalised)
+        if error is not None:
+            raise error
+
+    def _settle(self, finalised: bool) -> None:
+        """The partial file becomes the output when it was finalised and holds frames."""
+        if not self.frames_written or not finalised:
+            discard(self.partial)
+            return
+        existed = self.path.exists()
+        try:
+            commit(self.partial, self.path)
+        except OSError as exc:
+            discard(self.partial)
+            raise self._error(f"cannot be put in place ({reason_of(exc)})") from exc
+        self.kept, self.replaced = self.path, existed
+        log.debug("wrote %d frames to %s", self.frames_written, self.path)
 
     def __enter__(self) -> FileSink:
         self.open()

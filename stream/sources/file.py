@@ -1,14 +1,21 @@
-"""A video file as a source: demux + decode with PyAV into preallocated BGR slots."""
+"""A video file as a source: demux + decode with PyAV into preallocated BGR slots.
+
+Frames come out upright (a phone video's display matrix is applied: the pipeline finds
+faces in upright pictures and the output plays the right way up) and with increasing
+timestamps (containers without presentation times, such as AVI with B-frames, get them
+from the frame index)."""
 from __future__ import annotations
 
 import logging
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 
 from stream.errors import SourceError, reason_of
@@ -17,6 +24,21 @@ from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 
 log = logging.getLogger(__name__)
+
+# Counter-clockwise display rotation -> the cv2 turn that makes stored frames upright.
+_UPRIGHT = {90: cv2.ROTATE_90_COUNTERCLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_CLOCKWISE}
+# Containers whose frames carry no presentation time of their own (libavformat guesses one
+# from the decode order, which B-frames scramble): pts come from the frame index.
+_NO_PTS_FORMATS = {"avi"}
+
+
+def display_rotation(frame: av.VideoFrame) -> int:
+    """The display matrix's rotation of `frame`, as 0, 90, 180 or 270 (counter-clockwise)."""
+    try:
+        degrees = float(frame.rotation or 0)
+    except (AttributeError, TypeError, ValueError):  # no display matrix
+        return 0
+    return int(round(degrees / 90.0)) * 90 % 360
 
 class FileSource:
     """Decodes the first video stream of a media file, one frame per `read_into` call.
@@ -38,6 +60,14 @@ class FileSource:
         self.shortfall: str | None = None  # set at the end when frames are missing
         self._fast_frames = 0  # frames that took the I420 path (for the benchmark and logs)
         self.wait_s = 0.0  # a file's frames are always there to decode
+        self._pending: av.VideoFrame | None = None  # the first frame, read by open()
+        self._stored: np.ndarray | None = None  # the frame as stored, when it must be turned
+        self._turn: int | None = None  # cv2 rotate code, or None when frames are upright
+        self._index_pts = False  # pts from the frame index (see _NO_PTS_FORMATS)
+        self._step = 1  # one frame, in the stream's time base
+        self._first_pts = 0
+        self._last_pts: int | None = None
+        self.pts_repaired = 0  # frames whose pts did not increase and were given one
 
     def _error(self, what: str) -> SourceError:
         return SourceError(f"video {str(self.path)!r}: {what}")
@@ -70,10 +100,29 @@ class FileSource:
             container.close()
             raise self._error("video stream has no picture size (corrupt header?)")
         self._container, self._stream = container, stream
-        self.info = self._describe(container, stream)
         self._frames = container.decode(stream)
+        try:  # the first frame says how it must be turned (and checks the stream decodes)
+            self._pending = next(self._frames)
+        except StopIteration:
+            self._pending = None
+        except (av.FFmpegError, OSError) as exc:
+            self.close()
+            raise self._error(f"decoding failed at frame 0: {reason_of(exc)}") from exc
+        rotation = display_rotation(self._pending) if self._pending is not None else 0
+        info = self._describe(container, stream)
+        if rotation in (90, 270):
+            info = replace(info, width=info.height, height=info.width)
+        self.info = replace(info, rotation=rotation)
+        self._turn = _UPRIGHT.get(rotation)
+        if self._turn is not None:
+            self._stored = np.empty((ctx.height, ctx.width, 3), np.uint8)
+            log.info("%s: turned by %d degrees (its display matrix)", self.path, rotation)
         if ctx.width % 2 == 0 and ctx.height % 2 == 0:
             self._i420 = np.empty((ctx.height * 3 // 2, ctx.width), np.uint8)
+        self._index_pts = container.format.name in _NO_PTS_FORMATS
+        self._step = max(1, round(self.info.frame_duration / self.info.time_base))
+        if self._pending is not None and self._pending.pts is not None and not self._index_pts:
+            self._first_pts = self._pending.pts
         log.debug("opened %s: %s", self.path, self.info)
         return self.info
 
@@ -108,7 +157,8 @@ class FileSource:
         if self._frames is None or self.info is None:
             raise self._error("read before open() (or after close())")
         try:
-            frame = next(self._frames)
+            frame = self._pending if self._pending is not None else next(self._frames)
+            self._pending = None
         except StopIteration:
             self._check_complete()
             return False
@@ -124,8 +174,8 @@ class FileSource:
             )
         self._convert(frame, image)
         slot.seq = self.frames_read
-        slot.pts = frame.pts if frame.pts is not None else self.frames_read
-        slot.time_base = Fraction(frame.time_base or self.info.time_base)
+        slot.pts = self._pts_of(frame)
+        slot.time_base = self.info.time_base
         slot.capture_time = time.monotonic()
         self.frames_read += 1
         return True
@@ -147,9 +197,29 @@ class FileSource:
             )
             log.info("%s", self.shortfall)
 
+    def _pts_of(self, frame: av.VideoFrame) -> int:
+        """The frame's pts in the stream's time base, strictly increasing."""
+        if self._index_pts or frame.pts is None:
+            pts = self._first_pts + self.frames_read * self._step
+        else:
+            pts = frame.pts
+        if self._last_pts is not None and pts <= self._last_pts:
+            # A timestamp going back (B-frames in a container that guessed pts from the
+            # decode order, a damaged file): the frame is shown in decode order, one frame on.
+            if not self.pts_repaired:
+                log.info("%s: frame %d has pts %d after %d; numbering frames from here", self.path,
+                         self.frames_read, pts, self._last_pts)
+            self.pts_repaired += 1
+            pts = self._last_pts + self._step
+        self._last_pts = pts
+        return pts
+
     def _convert(self, frame: av.VideoFrame, image: np.ndarray) -> None:
-        if convert_into(frame, image, self._i420):
+        target = image if self._stored is None else self._stored
+        if convert_into(frame, target, self._i420):
             self._fast_frames += 1
+        if self._stored is not None and self._turn is not None:
+            cv2.rotate(self._stored, self._turn, dst=image)
 
     def close(self) -> None:
         """Release the file; safe to call more than once."""
