@@ -25,12 +25,13 @@ test: $(STAMP)
 
 # System packages the live tests need: a real RTSP server (GStreamer's, through the system
 # Python) and a real browser for the WebRTC page (Chromium, driven by Playwright from the
-# venv; no browser download). Debian/Ubuntu, as root or with sudo.
+# venv; no browser download), and Debian's ffmpeg (an independent reader of our outputs, and
+# the maker of inputs PyAV cannot write, such as subtitles). Debian/Ubuntu, as root or with sudo.
 SYSTEM_TEST_PACKAGES := python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base \
-	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad chromium
+	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad chromium ffmpeg
 test-deps:
 	@if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0')" 2>/dev/null \
-		&& [ -x /usr/bin/chromium ]; then \
+		&& [ -x /usr/bin/chromium ] && [ -x /usr/bin/ffmpeg ]; then \
 		echo "test servers: installed"; \
 	else \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
