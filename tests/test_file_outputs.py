@@ -84,8 +84,17 @@ def streams(path: Path) -> list[tuple[str, str]]:
 
 
 def decoded_frames(path: Path) -> list[np.ndarray]:
+    """The frames as BGR, converted as the pipeline converts them (exact for each colour
+    matrix and range: PyAV's own bgr24 conversion is biased by about a level)."""
+    from stream.media.convert import convert_into
+
+    out = []
     with av.open(str(path)) as c:
-        return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+        for f in c.decode(video=0):
+            image = np.empty((f.height, f.width, 3), np.uint8)
+            convert_into(f, image, None)
+            out.append(image)
+    return out
 
 
 def swap(tmp_path: Path, source_photo: Path, src: Path, out: Path, *extra: str) -> int:
@@ -346,3 +355,72 @@ def test_the_swap_still_carries_the_source_identity(tmp_path: Path, source_photo
     after = sorted(judge.distance_to(decoded_frames(out)[N // 2], source))
     assert len(after) == len(before) == 3
     assert np.mean(after) < np.mean(before) - 0.03  # the swapped faces moved towards the source
+
+
+# -- colour ----------------------------------------------------------------------------------
+
+def _gif(path: Path, n: int = 6) -> None:
+    """A GIF of a smooth picture under an ordered (checkerboard) dither, reduced to 3-3-2 bit
+    colours: pixel-to-pixel colour alternation, as palette pictures have."""
+    h, w = 120, 160
+    y, x = np.mgrid[0:h, 0:w]
+    checker = ((x + y) % 2 * 2 - 1)[..., None] * np.array([30, -30, 30])
+    with av.open(str(path), "w") as out:
+        gif = out.add_stream("gif", rate=10)
+        gif.width, gif.height, gif.pix_fmt = w, h, "rgb8"
+        for i in range(n):
+            picture = np.dstack([(x + 4 * i) % 150 + 50, y * 120 // h + 70, np.full_like(x, 90 + 10 * i)]) + checker
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(picture.clip(0, 255).astype(np.uint8)),
+                                               format="bgr24")
+            frame.pts = i
+            out.mux(gif.encode(frame))
+        out.mux(gif.encode(None))
+
+
+def _tagged(path: Path, matrix: str, full_range: bool, n: int = 4) -> None:
+    """Smooth faceless pictures as H.264 tagged with `matrix` and range."""
+    from stream.media.convert import ColourTags, YuvFramer, apply_tags
+
+    h, w = 180, 320
+    y, x = np.mgrid[0:h, 0:w]
+    picture = np.dstack([(x * 200 // w + 20), (y * 180 // h + 40), ((x + y) * 150 // (w + h) + 60)]).astype(np.uint8)
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = w, h, "yuv420p"
+        video.options = {"preset": "ultrafast", "crf": "8"}
+        apply_tags(video.codec_context, ColourTags.of(matrix, full_range))
+        framer = YuvFramer(w, h, matrix, full_range)
+        for i in range(n):
+            frame = framer.fill(picture, framer.new_frame())
+            frame.pts = i
+            out.mux(video.encode(frame))
+        out.mux(video.encode(None))
+
+
+def _means(frames: list[np.ndarray]) -> np.ndarray:
+    return np.mean([f.reshape(-1, 3).mean(axis=0) for f in frames], axis=0)
+
+
+def test_a_gif_keeps_its_colour(tmp_path: Path, source_photo: Path) -> None:
+    src = tmp_path / "in.gif"
+    _gif(src)
+    out = tmp_path / "out.mp4"
+    assert swap(tmp_path, source_photo, src, out, "--crf", "0") == 0  # lossless: the conversion alone
+    shift = _means(decoded_frames(out)) - _means(decoded_frames(src))
+    assert np.abs(shift).max() <= 1.0, shift  # case 6: 30 to 55 levels off before (2x2 chroma from one pixel)
+
+
+@pytest.mark.parametrize("matrix, full_range", [("bt709", False), ("bt709", True), ("bt601", True)])
+def test_colour_tags_and_levels_are_kept(tmp_path: Path, source_photo: Path, matrix: str, full_range: bool) -> None:
+    from stream.media.convert import colour_tags
+
+    src = tmp_path / "in.mp4"
+    _tagged(src, matrix, full_range)
+    out = tmp_path / "out.mp4"
+    assert swap(tmp_path, source_photo, src, out, "--crf", "8") == 0
+    theirs, ours = decoded_frames(src), decoded_frames(out)
+    assert np.abs(_means(ours) - _means(theirs)).max() <= 1.0  # case 13: 1.3 levels darker before
+    assert np.abs(ours[0].astype(int) - theirs[0]).mean() <= 1.5
+    with av.open(str(out)) as c:
+        tags = colour_tags(c.streams.video[0].codec_context)
+    assert (tags.matrix, tags.full_range) == (matrix, full_range)

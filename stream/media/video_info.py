@@ -1,8 +1,10 @@
 """What a video source says about itself before the first frame: size, timing, audio."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
+
+from stream.media.convert import ColourTags
 
 
 @dataclass(frozen=True)
@@ -15,7 +17,7 @@ class VideoInfo:
     (0.0 when unknown); `has_audio` says whether the container holds an audio stream.
     `rotation` is what the source turned its stored frames by (counter-clockwise degrees,
     from the file's display matrix) so they are upright: `width` and `height` are the
-    upright picture's.
+    upright picture's. `colour` holds the input's colour tags, which a file output keeps.
     """
 
     width: int
@@ -26,6 +28,7 @@ class VideoInfo:
     duration: float = 0.0
     has_audio: bool = False
     rotation: int = 0
+    colour: ColourTags = field(default_factory=ColourTags)  # the input's matrix, range, primaries, transfer
 
     @property
     def frame_duration(self) -> Fraction:

@@ -15,7 +15,7 @@ from stream.config import EncodeConfig
 from stream.errors import SinkError, SourceError, reason_of
 from stream.media.atomic import commit, discard, partial_path
 from stream.media.close import close_quietly
-from stream.media.convert import YuvFramer
+from stream.media.convert import YuvFramer, apply_tags
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 from stream.sinks.carried_streams import CarriedStreams
@@ -140,6 +140,9 @@ class FileSink:
         video.time_base = self._time_base
         video.codec_context.time_base = self._time_base
         video.codec_context.thread_count = enc.threads
+        # The input's colour tags on the output, and the matching conversion: BT.709 and
+        # full-range inputs come back as they were outside the faces (untagged stays untagged).
+        apply_tags(video.codec_context, info.colour)
         options = {"preset": enc.preset}
         if enc.codec in _CRF_CODECS:
             options["crf"] = str(enc.crf)
@@ -150,7 +153,7 @@ class FileSink:
             self.notes.extend(self._audio.notes)
             if not self._audio.audio_tracks:
                 log.info("%s has no audio stream; the output has none", self.audio_from)
-        self._framer = YuvFramer(self.width, self.height)
+        self._framer = YuvFramer(self.width, self.height, info.colour.matrix, info.colour.full_range)
 
     def write(self, slot: Slot) -> None:
         """Encode `slot.image` (H, W, 3 uint8 BGR) with pts `slot.pts` in `slot.time_base`."""

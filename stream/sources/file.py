@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 
 from stream.errors import SourceError, reason_of
-from stream.media.convert import convert_into
+from stream.media.convert import colour_tags, convert_into
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 
@@ -112,7 +112,8 @@ class FileSource:
         info = self._describe(container, stream)
         if rotation in (90, 270):
             info = replace(info, width=info.height, height=info.width)
-        self.info = replace(info, rotation=rotation)
+        colour = colour_tags(self._pending if self._pending is not None else ctx)
+        self.info = replace(info, rotation=rotation, colour=colour)
         self._turn = _UPRIGHT.get(rotation)
         if self._turn is not None:
             self._stored = np.empty((ctx.height, ctx.width, 3), np.uint8)
