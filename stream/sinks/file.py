@@ -69,9 +69,7 @@ class FileSink:
         self.width, self.height = info.width + info.width % 2, info.height + info.height % 2
         self._padded: np.ndarray | None = None
         self._frame_indexed = self.path.suffix.lower() in _FRAME_INDEXED
-        self._in_time_base = info.time_base
-        self._time_base = Fraction(1, 1) / (info.rate if info.rate > 0 else 30) if self._frame_indexed \
-            else info.time_base
+        self._time_base = info.frame_duration if self._frame_indexed else info.time_base
         # Packets wait (in decode order) until the pts of the frame after theirs is known,
         # so each gets its true duration: mp4 ends the track at max(pts + duration), and
         # without durations the muxer guesses the last frame from the nominal rate.
