@@ -15,13 +15,17 @@ maps to, and its age. Per frame:
 Live runs detect in the background (`BackgroundDetector`) while there are tracks to
 follow: the frame due for detection is copied to a detection thread and tracking goes
 on; the boxes are merged into the tracks a few frames later, moved by how far each
-track's landmarks moved meanwhile. The analyse stage then never waits a whole detection
-(the largest per-frame cost), so no frame's latency carries it. With no track (the
+track's landmarks moved meanwhile. A late box that no track takes (a face that came
+in, or one whose track was lost meanwhile) only says where a face was: then that frame
+is detected in line instead, so no track starts where there is no face. The analyse
+stage then never waits a whole detection (the largest per-frame cost), so no frame's
+latency carries it. With no track (the
 start, an empty scene) detection runs in line, so a face is swapped from its first frame.
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,7 +126,8 @@ class Tracker:
         # Frames between scheduled detections: detect.every, raised by a live run under load.
         self.detect_every = detect.every
         self.background = BackgroundDetector(detector) if background else None
-
+        # Late boxes set aside for a detection in line (a face came in or was lost meanwhile).
+        self.redetections = 0
 
     @property
     def tracks_started(self) -> int:
@@ -173,7 +178,9 @@ class Tracker:
         assert bg is not None
         done = bg.poll()
         if done is not None:
-            self._merge(done, seq, earlier=True)
+            self._merge_late(done, frame, seq)
+            if self._last_detect == seq:  # it detected this frame in line
+                return
         if not (due or self._force_detect):
             return
         if not self.tracks and not bg.pending:
@@ -188,15 +195,9 @@ class Tracker:
             for tr in self.tracks:
                 tr.at_submit = landmark_box(tr.raw) if tr.age else None
 
-    def _merge(self, dets: list[tuple[Box, float]], seq: int, earlier: bool = False) -> None:
-        """Match detection boxes to tracks; unmatched boxes start tracks, tracks missed
-        too often end. `earlier`: the boxes are of the frame the detection was sent with,
-        so for each track they are first moved as its landmarks moved since then."""
-        def placed(tr: Track, box: Box) -> Box:
-            if earlier and tr.at_submit is not None and tr.age:
-                return _moved(box, tr.at_submit, landmark_box(tr.raw))
-            return box
-
+    def _match(self, dets: list[tuple[Box, float]],
+               placed: Callable[[Track, Box], Box]) -> tuple[list[tuple[int, int]], list[int]]:
+        """Pairs (track, detection) by overlap, best first, and the detections no track took."""
         pairs = sorted(
             ((iou(tr.box, placed(tr, box)), ti, di) for ti, tr in enumerate(self.tracks)
              for di, (box, _) in enumerate(dets)),
@@ -204,6 +205,7 @@ class Tracker:
         )
         used_t: set[int] = set()
         used_d: set[int] = set()
+        matched: list[tuple[int, int]] = []
         for overlap, ti, di in pairs:
             if overlap < self.track_cfg.match_iou:
                 break
@@ -211,10 +213,44 @@ class Tracker:
                 continue
             used_t.add(ti)
             used_d.add(di)
+            matched.append((ti, di))
+        return matched, [di for di in range(len(dets)) if di not in used_d]
+
+    def _merge(self, dets: list[tuple[Box, float]], seq: int) -> None:
+        """Boxes detected on this frame: matched to tracks; unmatched boxes start tracks,
+        tracks missed too often end."""
+        matched, new = self._match(dets, lambda tr, box: box)
+        self._apply(matched, new, dets, seq, lambda tr, box: box)
+
+    def _merge_late(self, dets: list[tuple[Box, float]], frame: FrameViews, seq: int) -> None:
+        """Boxes of a background detection, made on the frame it was sent with. For a
+        followed face the box is moved as its landmarks moved since then. A box no track
+        takes (a face that came in, or one whose track was lost meanwhile) says only where
+        a face *was*: a track started there pastes a face on whatever is there now (the
+        ghost beside a head of an RTSP run under load). So then the late boxes are set
+        aside and this frame is detected in line, and every track starts where its face is."""
+        def placed(tr: Track, box: Box) -> Box:
+            if tr.at_submit is not None and tr.age:
+                return _moved(box, tr.at_submit, landmark_box(tr.raw))
+            return box
+
+        matched, new = self._match(dets, placed)
+        if new:
+            self.redetections += 1
+            self._force_detect = False
+            self._last_detect = seq
+            self._merge(self.detector.forward(frame), seq)
+            return
+        self._apply(matched, [], dets, seq, placed)
+
+    def _apply(self, matched: list[tuple[int, int]], new: list[int], dets: list[tuple[Box, float]],
+               seq: int, placed: Callable[[Track, Box], Box]) -> None:
+        for ti, di in matched:
             tr = self.tracks[ti]
             box, tr.score = dets[di]
             tr.box = placed(tr, box)
             tr.matched, tr.missed = True, 0
+        used_t = {ti for ti, _ in matched}
         kept: list[Track] = []
         for ti, tr in enumerate(self.tracks):
             if ti not in used_t:
@@ -224,9 +260,8 @@ class Tracker:
                     continue
                 self._force_detect = True  # confirm it (or end it) on the next frame
             kept.append(tr)
-        for di, (box, score) in enumerate(dets):
-            if di in used_d:
-                continue
+        for di in new:
+            box, score = dets[di]
             tr = Track(id=self._next_id, box=box, landmarks=np.zeros((68, 2), np.float32),
                        rel=(0.0, 0.0, 1.0, 1.0), smoother=self._new_filter(), score=score,
                        born=seq, matched=True)
