@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 from stream.media.close import close_quietly
 from stream.runtime.slot import Slot
-from stream.sinks.protocol import LiveSink
+from stream.sinks.protocol import CountingSink, LiveSink, SinkStats, stats_of
 
 
 class FanoutSink:
@@ -37,6 +37,14 @@ class FanoutSink:
     def write(self, slot: Slot) -> None:
         for sink in self.sinks:
             sink.write(slot)
+
+    def stats(self) -> SinkStats:
+        """The totals of the sinks that count their drops, and each one's figures under
+        `sinks` by name (sinks that always deliver, such as files, are not listed)."""
+        per = {sink.name: stats_of(sink) for sink in self.sinks if isinstance(sink, CountingSink)}
+        return SinkStats(dropped=sum(s["dropped"] for s in per.values()),
+                         reconnects=sum(s["reconnects"] for s in per.values()),
+                         outage_s=round(sum(s["outage_s"] for s in per.values()), 3), sinks=per)
 
     def close(self) -> None:
         error: BaseException | None = None
