@@ -1,0 +1,221 @@
+"""`facestream doctor`: one screen that says what this machine can do and what is missing,
+each missing part with the command that fixes it. It changes nothing and exits 0."""
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from stream.config import Config
+
+
+@dataclass
+class Finding:
+    """One line of the report: what was checked, what was found, and the fix when missing."""
+
+    section: str
+    what: str
+    found: str
+    ok: bool
+    fix: str | None = None
+    required: bool = False  # missing and required: runs fail without it
+
+    def line(self) -> str:
+        mark = "ok " if self.ok else ("!! " if self.required else "-- ")
+        fix = f"\n      fix: {self.fix}" if self.fix and not self.ok else ""
+        return f"  {mark}{self.what:<22} {self.found}{fix}"
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - not installed, or broken: both read "missing"
+        return None
+    return str(getattr(mod, "__version__", getattr(mod, "VERSION", "installed")))
+
+
+PACKAGES = (  # module, pip name, what it is for, required
+    ("numpy", "numpy", "arrays", True),
+    ("av", "av", "decoding and encoding (PyAV)", True),
+    ("cv2", "opencv-python", "pictures and blending", True),
+    ("dlib", "dlib-bin", "the embedded default engine", True),
+    ("onnxruntime", "onnxruntime (or onnxruntime-gpu)", "the neural models", True),
+    ("aiortc", "aiortc", "WebRTC (serve)", True),
+    ("pyvirtualcam", "pyvirtualcam", "virtual camera output", False),
+    ("cupy", "cupy-cuda12x (or cupy-cuda13x)", "pinned memory and CUDA streams", False),
+    ("tensorrt", "tensorrt-cu12 (its libraries come from NVIDIA's index)", "native TensorRT", False),
+)
+
+
+def check_packages() -> list[Finding]:
+    found = [Finding("python", "python", f"{platform.python_version()} ({sys.executable})",
+                     sys.version_info >= (3, 10), "install Python 3.10 or newer")]
+    for module, pip_name, purpose, required in PACKAGES:
+        version = _version(module)
+        found.append(Finding("python", module, f"{version} ({purpose})" if version else f"not installed ({purpose})",
+                             version is not None, f"pip install {pip_name}", required))
+    return found
+
+
+def check_gpu(config: Config) -> tuple[list[Finding], object | None]:
+    """ONNX Runtime's providers, CUDA devices and memory, pinned memory; and the device."""
+    from stream.job.vram_plan import device_memory
+
+    out: list[Finding] = []
+    try:
+        import onnxruntime as ort
+
+        providers = ort.get_available_providers()
+    except Exception:  # noqa: BLE001
+        providers = []
+    gpu_providers = [p for p in providers if p in ("CUDAExecutionProvider", "TensorrtExecutionProvider")]
+    out.append(Finding("gpu", "onnxruntime providers", ", ".join(p.removesuffix("ExecutionProvider")
+                                                                 for p in providers) or "none",
+                       bool(gpu_providers), "for the GPU: pip uninstall onnxruntime && pip install onnxruntime-gpu"))
+    device = device_memory(config.runtime.device_id)
+    if device is None:
+        out.append(Finding("gpu", "CUDA device", "none found: the models run on the CPU", False,
+                           "an NVIDIA GPU with its driver, and cupy-cuda12x or cupy-cuda13x to see it"))
+    else:
+        out.append(Finding("gpu", "CUDA device", f"{device.name}, {device.free / 2**30:.1f} GB free of "
+                           f"{device.total / 2**30:.1f} GB", True))
+        out.append(_pinned_memory())
+    return out, device
+
+
+def _pinned_memory() -> Finding:
+    from stream.runtime.allocator import PinnedAllocator
+
+    try:
+        PinnedAllocator().empty((1024, 1024), "uint8")
+    except Exception as exc:  # noqa: BLE001
+        return Finding("gpu", "pinned memory", f"cannot allocate ({exc})", False,
+                       "raise the locked-memory limit (ulimit -l) or check the CUDA driver")
+    return Finding("gpu", "pinned memory", "1 MB page-locked block allocated", True)
+
+
+def check_models(config: Config) -> list[Finding]:
+    from engines.catalog import CATALOG, locate, search_dirs
+
+    dirs = search_dirs(config.models.dir)
+    out = []
+    for name, item in CATALOG.items():
+        where = locate(name, config.models.dir)
+        out.append(Finding("models", name, str(where) if where else f"missing ({item.kind})", where is not None,
+                           f"put {item.file} in {dirs[0]} (or facestream models fetch {name} --url ...)"))
+    usable = any(f.ok for f in out)
+    out.append(Finding("models", "embedded default", "dlib (no model files needed)",
+                       _version("dlib") is not None and _version("face_recognition_models") is not None,
+                       "pip install dlib-bin face_recognition_models", required=True))
+    if not usable:
+        out[-1].found += "; no neural model files found, so runs use it"
+    return out
+
+
+def check_live() -> list[Finding]:
+    out = []
+    devices = sorted(str(p) for p in Path("/dev").glob("video*")) if sys.platform.startswith("linux") else []
+    loopback = [d for d in devices if _is_loopback(d)]
+    out.append(Finding("live", "virtual camera", ", ".join(loopback) if loopback else
+                       ("no v4l2loopback device" + (f" (cameras: {', '.join(devices)})" if devices else "")),
+                       bool(loopback), "sudo modprobe v4l2loopback exclusive_caps=1 card_label=facestream "
+                       "(package v4l2loopback-dkms)"))
+    out.append(Finding("live", "webcams", ", ".join(d for d in devices if d not in loopback) or "none", True))
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    out.append(Finding("tests", "chromium", chromium or "not found (only the page's browser test needs it)",
+                       chromium is not None, "sudo apt-get install chromium (or: make test-deps)"))
+    out.append(Finding("tests", "RTSP test server", "GStreamer's RTSP server" if _gst_rtsp() else
+                       "not found (the RTSP tests and the README's local recipe need it)", _gst_rtsp(),
+                       "sudo apt-get install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-good "
+                       "gstreamer1.0-plugins-bad (or: make test-deps)"))
+    ffmpeg = shutil.which("ffmpeg")
+    out.append(Finding("tests", "ffmpeg", ffmpeg or "not found", ffmpeg is not None, "sudo apt-get install ffmpeg"))
+    return out
+
+
+def _is_loopback(device: str) -> bool:
+    name = Path("/sys/class/video4linux") / Path(device).name / "name"
+    try:
+        text = name.read_text().lower()
+    except OSError:
+        return False
+    return "loopback" in text or "facestream" in text or "dummy" in text
+
+
+def _gst_rtsp() -> bool:
+    python = "/usr/bin/python3"
+    if not os.path.exists(python):
+        return False
+    try:
+        return subprocess.run([python, "-c", "import gi; gi.require_version('GstRtspServer', '1.0'); "
+                               "from gi.repository import GstRtspServer"], capture_output=True,
+                              timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def plan_lines(config: Config, device: object | None, max_vram: int | None) -> list[str]:
+    """What the default run would do here."""
+    from stream.job.vram_plan import DeviceMemory, PlanRequest, plan_vram
+
+    lines = [f"engine: {config.engine} (auto: the neural set when its files are found, else dlib); "
+             f"runtime: {config.runtime.kind}"]
+    if isinstance(device, DeviceMemory):
+        request = PlanRequest(detector=config.models.detector, swapper=config.models.swapper,
+                              landmarker=config.models.landmarker,
+                              enhancer=config.enhance.model if config.enhance.enabled else None,
+                              max_faces=config.pipeline.max_faces)
+        lines.append(plan_vram(device, request, max_vram).line())
+    else:
+        lines.append(f"no GPU: every model runs on the CPU ({os.cpu_count()} cores; tools/bench.py measures "
+                     "what this machine does)")
+    return lines
+
+
+def report(config: Config, max_vram: int | None = None) -> tuple[list[Finding], list[str]]:
+    """Every finding, and the plan; a check that breaks is a finding too, never an exit."""
+    findings: list[Finding] = []
+    device = None
+    checks = (("python", check_packages), ("gpu", lambda: check_gpu(config)), ("models", lambda: check_models(config)),
+              ("live", check_live))
+    for section, check in checks:
+        try:
+            result = check()
+        except Exception as exc:  # noqa: BLE001 - the doctor reports, it does not fail
+            findings.append(Finding(section, "check", f"could not run ({type(exc).__name__}: {exc})", False))
+            continue
+        if section == "gpu":
+            result, device = result
+        findings += result
+    try:
+        plan = plan_lines(config, device, max_vram)
+    except Exception as exc:  # noqa: BLE001
+        plan = [f"no plan ({type(exc).__name__}: {exc})"]
+    return findings, plan
+
+
+def run_doctor(config: Config, max_vram: int | None = None) -> int:
+    findings, plan = report(config, max_vram)
+    titles = {"python": "Python and packages", "gpu": "GPU", "models": "Models", "live": "Live I/O",
+              "tests": "Test servers"}
+    for section, title in titles.items():
+        print(title)
+        for finding in findings:
+            if finding.section == section:
+                print(finding.line())
+    print("Plan for the default run")
+    for line in plan:
+        print(f"  {line}")
+    required = sum(1 for f in findings if not f.ok and f.required)
+    optional = sum(1 for f in findings if not f.ok and not f.required)
+    if required:
+        print(f"{required} required part(s) missing (!!): facestream cannot run until they are installed; "
+              f"{optional} optional part(s) missing (--).")
+    else:
+        print(f"facestream runs here; {optional} optional part(s) missing (--), each with its fix above.")
+    return 0
