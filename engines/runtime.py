@@ -40,6 +40,10 @@ class RuntimeOptions:
     gpu_mem_limit: int | None = None  # bytes a model may take on the device (CUDA / TensorRT)
     trt_cache_dir: str | None = None  # TensorRT engine cache folder
     trt_fp16: bool = False  # let TensorRT build fp16 engines
+    trt_max_batch: int = 8  # native TensorRT: the largest batch of a model whose batch axis is dynamic
+    trt_workspace: int | None = None  # native TensorRT: builder workspace bytes (None: 1 GiB)
+    # native TensorRT: min, opt, max of any other dynamic input axis (SCRFD's height and width)
+    trt_dim_range: tuple[int, int, int] = (32, 640, 1280)
     io_binding: bool | None = None  # None: on when the first provider is CUDA or TensorRT
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-provider options
 
@@ -50,6 +54,16 @@ class RuntimeOptions:
             raise ValueError(f"runtime.device_id must be >= 0, got {self.device_id}")
         if self.gpu_mem_limit is not None and self.gpu_mem_limit <= 0:
             raise ValueError(f"runtime.gpu_mem_limit must be a positive byte count, got {self.gpu_mem_limit}")
+        if self.trt_max_batch < 1:
+            raise ValueError(f"runtime.trt_max_batch must be >= 1, got {self.trt_max_batch}")
+        if self.trt_workspace is not None and self.trt_workspace <= 0:
+            raise ValueError(f"runtime.trt_workspace must be a positive byte count, got {self.trt_workspace}")
+        raw = self.trt_dim_range  # a YAML list arrives as a list
+        dims = tuple(raw) if isinstance(raw, (list, tuple)) else ()
+        if len(dims) != 3 or not all(isinstance(d, int) for d in dims) or not 1 <= dims[0] <= dims[1] <= dims[2]:
+            raise ValueError(f"runtime.trt_dim_range must be [min, opt, max] with 1 <= min <= opt <= max, "
+                             f"got {self.trt_dim_range}")
+        self.trt_dim_range = dims  # type: ignore[assignment]
 
 
 class InferenceRuntime(Protocol):

@@ -11,9 +11,18 @@ from engines.runtime import HostAllocator, InferenceRuntime, RuntimeOptions
 RuntimeFactory = Callable[[str | os.PathLike[str]], InferenceRuntime]
 
 
+def _tensorrt(path: str | os.PathLike[str], options: RuntimeOptions,
+              allocator: HostAllocator | None) -> InferenceRuntime:
+    # Imported when asked for: importing engines never imports tensorrt or cupy (nor this module).
+    from engines.trt_runtime import TrtRuntime
+
+    return TrtRuntime(path, options, allocator)
+
+
 RUNTIMES: dict[str, Callable[[str | os.PathLike[str], RuntimeOptions, HostAllocator | None],
                              InferenceRuntime]] = {
     "onnxruntime": OrtRuntime,
+    "tensorrt": _tensorrt,  # native TensorRT 10 or 11 (engines.trt_runtime)
 }
 
 
