@@ -62,14 +62,24 @@ def _describe(stream: Any) -> str:
 
 class CarriedStreams:
     """Every audio and subtitle stream of `path` that `output` (a file ending in `suffix`)
-    can hold. `notes` says what was transcoded or dropped, one line each kind."""
+    can hold. `notes` says what was transcoded or dropped, one line each kind.
 
-    def __init__(self, path: Path, output: av.container.OutputContainer, suffix: str) -> None:
+    Their timestamps are the input's, as the video's are in a swap. `from_video_start`: the
+    video of the output starts at 0 with the input's first video frame (a clip played as a
+    camera, timed by the capture clock), so the other streams are moved by as much."""
+
+    def __init__(self, path: Path, output: av.container.OutputContainer, suffix: str,
+                 from_video_start: bool = False) -> None:
         self.path = path
         try:
             self._input = av.open(str(path), "r")
         except (av.FFmpegError, OSError, ValueError) as exc:
             raise SourceError(f"audio {str(path)!r}: cannot be read ({reason_of(exc)})") from exc
+        # Seconds taken off every carried timestamp: where the input's video starts.
+        self.shift = 0.0
+        video = self._input.streams.video[0] if self._input.streams.video else None
+        if from_video_start and video is not None and video.start_time is not None and video.time_base:
+            self.shift = float(video.start_time * video.time_base)
         suffix = suffix.lower()
         supported = set(getattr(output, "supported_codecs", ()) or ())
         self.carried: dict[int, _Carried] = {}
@@ -143,7 +153,7 @@ class CarriedStreams:
                 if packet.dts is None and packet.pts is None:  # a demuxer's end-of-stream flush
                     continue
             stamp = packet.dts if packet.dts is not None else packet.pts
-            if until is not None and packet.time_base is not None and stamp * packet.time_base >= until:
+            if until is not None and packet.time_base is not None and stamp * packet.time_base - self.shift >= until:
                 self._pending = packet
                 return
             self._pending = None
@@ -154,6 +164,12 @@ class CarriedStreams:
         if carried is None:
             return
         if not carried.transcode:
+            if self.shift and packet.time_base:
+                ticks = round(self.shift / packet.time_base)
+                if packet.pts is not None:
+                    packet.pts -= ticks
+                if packet.dts is not None:
+                    packet.dts -= ticks
             packet.stream = carried.target
             output.mux(packet)
             carried.packets += 1

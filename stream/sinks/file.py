@@ -12,7 +12,7 @@ import av
 import numpy as np
 
 from stream.config import EncodeConfig
-from stream.errors import SinkError, SourceError, reason_of
+from stream.errors import SinkError, reason_of
 from stream.media.atomic import commit, discard, partial_path
 from stream.media.close import close_quietly
 from stream.media.convert import YuvFramer, apply_tags
@@ -40,7 +40,14 @@ class FileSink:
 
     `overwrite=False` refuses an existing output at `open()`. Odd picture sizes are padded
     by one pixel (4:2:0 H.264 needs even ones); `notes` says so, and what happened to the
-    input's other streams (`carry_from`: audio tracks and subtitles).
+    input's other streams (`audio_from`: audio tracks and subtitles).
+
+    `constant_rate` (live recordings): the file runs at `info.rate` exactly, each frame at
+    the frame time its timestamp falls in (timestamps count from the first frame the source
+    read, as a capture clock does). Frame times the run skipped (frames dropped under load)
+    repeat the picture before; a second frame in one frame time is left out. The other
+    streams of `audio_from` start with the source's first frame and end with the last
+    frame written, so the sound stays with the pictures.
     """
 
     def __init__(
@@ -50,13 +57,17 @@ class FileSink:
         encode: EncodeConfig,
         audio_from: str | os.PathLike[str] | None = None,
         overwrite: bool = True,
+        constant_rate: bool = False,
     ) -> None:
         self.path = Path(path)
         self.info = info
         self.encode = encode
         self.audio_from = Path(audio_from) if audio_from is not None else None
         self.overwrite = overwrite
-        self.frames_written = 0
+        self.constant_rate = constant_rate
+        self.frames_written = 0  # in the file (with constant_rate: repeats included)
+        self.frames_repeated = 0  # constant_rate: frame times filled with the picture before
+        self.frames_left_out = 0  # constant_rate: a second frame in one frame time
         self.partial = partial_path(self.path)
         self.kept: Path | None = None  # the output, once close() put the frames there
         self.replaced = False  # an earlier file of the output's name was replaced
@@ -69,7 +80,8 @@ class FileSink:
         self.width, self.height = info.width + info.width % 2, info.height + info.height % 2
         self._padded: np.ndarray | None = None
         self._frame_indexed = self.path.suffix.lower() in _FRAME_INDEXED
-        self._time_base = info.frame_duration if self._frame_indexed else info.time_base
+        self._time_base = info.frame_duration if (self._frame_indexed or constant_rate) else info.time_base
+        self._held: av.VideoFrame | None = None  # constant_rate: the last picture encoded
         # Packets wait (in decode order) until the pts of the frame after theirs is known,
         # so each gets its true duration: mp4 ends the track at max(pts + duration), and
         # without durations the muxer guesses the last frame from the nominal rate.
@@ -112,16 +124,21 @@ class FileSink:
             # Open the codec and the file and write the header now: a bad path, codec or
             # preset fails here, with a clear message, and not at the first frame.
             output.start_encoding()
-        except SourceError:
-            close_quietly(output)
-            discard(self.partial)
-            raise
         except (av.FFmpegError, OSError, ValueError, TypeError) as exc:
-            close_quietly(output)
-            discard(self.partial)
+            self._abandon(output)
             raise self._error(f"cannot be written with {self.encode.codec} "
                               f"({reason_of(exc)})") from exc
+        except BaseException:  # SourceError, Ctrl-C, SIGTERM: no partial file stays behind
+            self._abandon(output)
+            raise
         self._output = output
+
+    def _abandon(self, output: av.container.OutputContainer) -> None:
+        close_quietly(output)
+        if self._audio is not None:
+            close_quietly(self._audio)
+            self._audio = None
+        discard(self.partial)
 
     def _setup(self, output: av.container.OutputContainer) -> None:
         info, enc = self.info, self.encode
@@ -147,7 +164,8 @@ class FileSink:
         video.options = options
         self._video = video
         if self.audio_from is not None:
-            self._audio = CarriedStreams(self.audio_from, output, self.path.suffix)
+            self._audio = CarriedStreams(self.audio_from, output, self.path.suffix,
+                                         from_video_start=self.constant_rate)
             self.notes.extend(self._audio.notes)
             if not self._audio.audio_tracks:
                 log.info("%s has no audio stream; the output has none", self.audio_from)
@@ -161,20 +179,52 @@ class FileSink:
         if image.shape != (self.info.height, self.info.width, 3):
             raise self._error(f"frame is {image.shape}, the stream is "
                               f"({self.info.height}, {self.info.width}, 3)")
+        if self.constant_rate:
+            self._write_on_grid(slot, image)
+            return
         pts = self._pts(slot)
+        if self._last_pts is not None and pts <= self._last_pts:
+            raise self._error(f"frame {self.frames_written}: pts {pts} after {self._last_pts} "
+                              "(pts must increase)")
+        self._encode(self._to_frame(self._pad(image)), pts)
+
+    def _write_on_grid(self, slot: Slot, image: np.ndarray) -> None:
+        """constant_rate: the frame at the frame time its timestamp falls in."""
+        if slot.pts is None or slot.time_base is None:
+            index = (self._last_pts + 1) if self._last_pts is not None else 0
+        else:
+            index = round(slot.pts * slot.time_base / self._time_base)
         if self._last_pts is not None:
-            if pts <= self._last_pts:
-                raise self._error(f"frame {self.frames_written}: pts {pts} after {self._last_pts} "
-                                  "(pts must increase)")
+            if index <= self._last_pts:
+                self.frames_left_out += 1
+                return
+            assert self._held is not None
+            for pts in range(self._last_pts + 1, index):  # the picture before stays up meanwhile
+                self._encode(self._held, pts)
+                self.frames_repeated += 1
+        frame = self._to_frame(self._pad(image))
+        if self._last_pts is None:  # the first picture also stands for the frames before it
+            for pts in range(index):
+                self._encode(frame, pts)
+                self.frames_repeated += 1
+        self._encode(frame, index)
+        self._held = frame
+
+    def _pad(self, image: np.ndarray) -> np.ndarray:
+        if self._padded is None:
+            return image
+        h, w = image.shape[:2]
+        pad = self._padded
+        pad[:h, :w] = image
+        pad[:h, w:] = image[:, w - 1:]  # (nothing when the width is even)
+        pad[h:, :] = pad[h - 1:h, :]
+        return pad
+
+    def _encode(self, frame: av.VideoFrame, pts: int) -> None:
+        """Encode `frame` at `pts` (greater than the last one) and mux what comes out."""
+        assert self._video is not None
+        if self._last_pts is not None:
             self._next_pts[self._last_pts] = pts
-        if self._padded is not None:
-            h, w = image.shape[:2]
-            pad = self._padded
-            pad[:h, :w] = image
-            pad[:h, w:] = image[:, w - 1:]  # (nothing when the width is even)
-            pad[h:, :] = pad[h - 1:h, :]
-            image = pad
-        frame = self._to_frame(image)
         frame.pts = pts
         frame.time_base = self._time_base
         try:
@@ -238,6 +288,8 @@ class FileSink:
         return end
 
     def _complete(self) -> bool:
+        if self.constant_rate:  # a live run: its input's other streams end with its last frame
+            return False
         return self.info.frames <= 0 or self.frames_written >= self.info.frames
 
     def close(self) -> None:
@@ -279,8 +331,16 @@ class FileSink:
                 self._audio.close()
                 self._audio = None
             self._settle(finalised)
+            self._note_grid()
         if error is not None:
             raise error
+
+    def _note_grid(self) -> None:
+        if self.frames_repeated or self.frames_left_out:
+            rate = float(1 / self._time_base)
+            self.notes.append(f"recorded at a constant {rate:g} fps: {self.frames_repeated} frame time(s) "
+                              f"held the picture before (frames dropped on the way), {self.frames_left_out} "
+                              "frame(s) left out (two in one frame time)")
 
     def _settle(self, finalised: bool) -> None:
         """The partial file becomes the output when it was finalised and holds frames."""

@@ -1,6 +1,8 @@
 """A live sink from what the user typed: `vcam`, `preview`, `rtsp://...`, or a file."""
 from __future__ import annotations
 
+import os
+
 from stream.config import Config
 from stream.media.video_info import VideoInfo
 from stream.sinks.file import FileSink
@@ -11,8 +13,9 @@ LIVE_PRESETS = ("ultrafast", "superfast", "veryfast")
 
 
 def open_sink(spec: str, info: VideoInfo, cfg: Config, vcam_backend: str | None = None,
-              vcam_device: str | None = None) -> LiveSink:
-    """The live sink `spec` names (not opened yet): a file for anything not named otherwise."""
+              vcam_device: str | None = None, audio_from: str | os.PathLike[str] | None = None) -> LiveSink:
+    """The live sink `spec` names (not opened yet): a file for anything not named otherwise
+    (with the sound of `audio_from`, when given, see `record_sink`)."""
     fps = float(info.rate) if info.rate > 0 else 30.0
     if spec == "vcam":
         from stream.sinks.vcam import VirtualCameraSink
@@ -26,12 +29,15 @@ def open_sink(spec: str, info: VideoInfo, cfg: Config, vcam_backend: str | None 
         from stream.sinks.rtsp import RtspSink
 
         return RtspSink(spec, info.width, info.height, fps, cfg.encode, preset=live_preset(cfg))
-    return record_sink(spec, info, cfg)
+    return record_sink(spec, info, cfg, audio_from=audio_from)
 
 
-def record_sink(path: str, info: VideoInfo, cfg: Config) -> FileSink:
-    """The file a live run is recorded into (`--record`)."""
-    return FileSink(path, info, cfg.encode)
+def record_sink(path: str, info: VideoInfo, cfg: Config,
+                audio_from: str | os.PathLike[str] | None = None) -> FileSink:
+    """The file a live run is recorded into (`--record`): at the input's nominal rate,
+    frames placed by their capture time (see FileSink's `constant_rate`), with the sound
+    of `audio_from` (the clip played as a camera) in step with them."""
+    return FileSink(path, info, cfg.encode, audio_from=audio_from, constant_rate=True)
 
 
 def live_preset(cfg: Config) -> str:

@@ -54,7 +54,13 @@ class WebcamSource:
     and MJPG (cameras deliver far higher rates in MJPG than raw over USB 2).
 
     A video file given as the device plays at its own frame rate, as a camera would (for
-    trying a setup without a camera). The camera's real rate is measured and reported.
+    trying a setup without a camera): frame k is due k frame times after the first, and a
+    reader late by half a frame time or more gets the frame due now, the ones it missed skipped
+    (`skipped`), as a camera's driver drops what nobody read; frames never come in a burst,
+    and the picture stays in step with the clip's sound (`audio_from`).
+
+    The camera's real rate is measured over the whole run (`describe()`): the frames it
+    delivered, skipped ones included, over the time from the first to the last.
     """
 
     def __init__(self, device: int | str, width: int | None = None, height: int | None = None,
@@ -71,6 +77,16 @@ class WebcamSource:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.wait_s = 0.0  # of the last read: time spent waiting for the frame to be due
+        self.skipped = 0  # a clip's frames passed over because the reader was late for them
+        self._delivered = 0  # frames the camera gave (skipped ones included) ...
+        self._first_t: float | None = None  # ... from the first one's capture time ...
+        self._last_t = 0.0  # ... to the last one's
+
+    @property
+    def audio_from(self) -> Path | None:
+        """The file whose sound goes with these frames: the clip played as a camera (once
+        open); None for a camera."""
+        return Path(self.device) if self._pace is not None and isinstance(self.device, str) else None
 
     @property
     def name(self) -> str:
@@ -119,18 +135,14 @@ class WebcamSource:
         if self._cap is None:
             return False  # closed
         image = slot.buffers["image"]
+        self.wait_s = 0.0
         if self._first is not None:
             _fit(self._first, image)
             self._first = None
             self._next_due = time.monotonic()
         else:
-            self.wait_s = 0.0
-            if self._pace is not None:  # a file: wait for this frame's turn, as a camera would
-                delay = self._next_due - time.monotonic()
-                if delay > 0:
-                    if self._stop.wait(delay):
-                        return False
-                    self.wait_s = delay
+            if self._pace is not None and not self._pace_file():
+                return False
             ok, picture = self._cap.read(image if image.flags.c_contiguous else None)
             if self._stop.is_set():
                 return False
@@ -144,7 +156,46 @@ class WebcamSource:
         if self._pace is not None:
             self._next_due += self._pace
         self.clock.stamp(slot)
+        self._count(slot.capture_time, 1)
         return True
+
+    def _pace_file(self) -> bool:
+        """A clip: skip the frames whose time has passed, wait for the next one's. False
+        when the clip ended or the source was closed meanwhile."""
+        assert self._cap is not None and self._pace is not None
+        # Late by half a frame time or more: the frame due now is the next one (so that two
+        # frames never come less than half a frame time apart). Skipping takes time too
+        # (each frame is decoded): look again after it, a few times at most.
+        for _ in range(3):
+            late = int((time.monotonic() - self._next_due) / self._pace + 0.5)
+            if late <= 0:
+                break
+            for _ in range(late):
+                if self._stop.is_set() or not self._cap.grab():
+                    return False
+                self._next_due += self._pace
+                self.skipped += 1
+            self._count(None, late)
+        delay = self._next_due - time.monotonic()
+        if delay > 0:
+            if self._stop.wait(delay):
+                return False
+            self.wait_s = delay
+        return True
+
+    def _count(self, when: float | None, frames: int) -> None:
+        self._delivered += frames
+        if when is not None:
+            if self._first_t is None:
+                self._first_t = when
+            self._last_t = when
+
+    @property
+    def measured_fps(self) -> float:
+        """Frames the camera delivered per second, over the whole run (0 before two frames)."""
+        if self._first_t is None or self._last_t <= self._first_t:
+            return 0.0
+        return (self._delivered - 1) / (self._last_t - self._first_t)
 
     def close(self) -> None:
         self._stop.set()
@@ -157,4 +208,7 @@ class WebcamSource:
                 self._lock.release()
 
     def describe(self) -> dict[str, object]:
-        return {"input": self.name, "measured_fps": round(self.clock.measured_fps, 2)}
+        out: dict[str, object] = {"input": self.name, "measured_fps": round(self.measured_fps, 2)}
+        if self.skipped:
+            out["skipped"] = self.skipped
+        return out
