@@ -1,8 +1,14 @@
-"""A progress line for long jobs: frames, fps, ETA (a bar on a terminal, a few lines in a log)."""
+"""Lines redrawn in place on a terminal: the progress of long jobs (frames, fps, ETA; a bar
+on a terminal, a few lines in a log), and the status line of live runs with log lines
+written above it."""
 from __future__ import annotations
 
+import logging
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 
@@ -61,3 +67,94 @@ class Progress:
         if self.enabled and self.tty:
             self.stream.write("\r" + self.line() + "\n")
             self.stream.flush()
+
+
+ERASE_LINE = "\x1b[K"  # erase from the cursor to the end of the line
+
+
+class StatusBoard:
+    """A live run's status line at the bottom of a terminal, redrawn in place, with every
+    other line (log records, messages) written above it on a line of its own: the status is
+    erased first and drawn again after, so the two never run into one another.
+
+    Not on a terminal (a log file, a pipe, a service's journal) nothing is redrawn and no
+    carriage return is written: the status goes out as a whole line every `every` seconds,
+    the first one at the first update. Any thread may call; writes are serialised.
+    """
+
+    def __init__(self, stream: TextIO | None = None, every: float = 10.0, tty: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
+        self.every = every
+        self._lock = threading.RLock()
+        self._shown: str | None = None  # the status line on screen now (terminal only)
+        self._next_line = 0.0  # when the next whole status line is due (not a terminal)
+
+    def show(self, text: str) -> None:
+        """The status is now `text`."""
+        with self._lock:
+            if self.tty:
+                self._write("\r" + text + ERASE_LINE)
+                self._shown = text
+                return
+            now = time.monotonic()
+            if now >= self._next_line:
+                self._next_line = now + self.every
+                self._write(text + "\n")
+
+    def above(self, text: str) -> None:
+        """Write `text` (one line or several) as lines of their own, above the status."""
+        with self._lock:
+            if self._shown is not None:
+                self._write("\r" + ERASE_LINE)
+            self._write(text.rstrip("\n") + "\n")
+            if self._shown is not None:
+                self._write(self._shown + ERASE_LINE)
+
+    def end(self) -> None:
+        """Leave the last status on screen and move below it."""
+        with self._lock:
+            if self._shown is not None:
+                self._write("\n")
+                self._shown = None
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    @contextmanager
+    def carrying_logs(self) -> Iterator[None]:
+        """While in the block, log records that would be written to this board's stream
+        are written through `above` instead (same format, same level)."""
+        root = logging.getLogger()
+        swapped: list[tuple[logging.StreamHandler[TextIO], TextIO]] = []
+        for handler in root.handlers:
+            if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is self.stream:
+                swapped.append((handler, handler.stream))
+                handler.setStream(_Above(self))  # type: ignore[arg-type]
+        try:
+            yield
+        finally:
+            for handler, stream in swapped:
+                handler.setStream(stream)
+
+
+class _Above:
+    """A stream for a logging handler: each record (the handler writes it, then its
+    terminator) becomes one `StatusBoard.above` call."""
+
+    def __init__(self, board: StatusBoard) -> None:
+        self.board = board
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if self._pending.endswith("\n"):
+            self.board.above(self._pending)
+            self._pending = ""
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.board.above(self._pending)
+            self._pending = ""

@@ -9,7 +9,7 @@ from stream.errors import SinkError, SourceError
 from stream.job.assembly import Pipeline, assemble
 from stream.job.cadence import AdaptiveCadence
 from stream.job.report import JobResult, Written, run_and_report
-from stream.job.status import StatusLine
+from stream.job.status import StatusLine, sink_report
 from stream.job.swap_job import SwapJob
 from stream.media.close import close_quietly
 from stream.media.image_io import read_picture
@@ -20,7 +20,7 @@ from stream.runtime.protocols import Sink, Source
 from stream.runtime.slot import Slot
 from stream.sinks.file import FileSink
 from stream.sinks.image import ImageSink
-from stream.sinks.protocol import LiveSink
+from stream.sinks.protocol import LiveSink, SinkStats, stats_of
 from stream.sources.file import FileSource
 from stream.sources.image import ImageSource
 from stream.sources.protocol import LiveSource
@@ -28,10 +28,10 @@ from stream.sources.protocol import LiveSource
 
 def _assemble(job: SwapJob, shape: tuple[int, int], source: Source, sink: Sink, live: bool,
               faces: Sequence[object] | None = None,
-              on_frame: Callable[[Slot], None] | None = None) -> Pipeline:
+              on_frame: Callable[[Slot], None] | None = None, metrics: Metrics | None = None) -> Pipeline:
     return assemble(job.config, job.models, job.prepared if faces is None else faces,
                     job.reference_embeddings, shape, source, sink, live=live, allocator=job.allocator,
-                    enhancer=job.enhancer, metrics=Metrics(), on_frame=on_frame)
+                    enhancer=job.enhancer, metrics=metrics or Metrics(), on_frame=on_frame)
 
 
 def run_video(job: SwapJob, input_path: str, output_path: str,
@@ -101,10 +101,13 @@ def open_live(source: LiveSource, make_sink: Callable[[VideoInfo], LiveSink]) ->
     """Open a live source, then the sink `make_sink` builds for its picture size and rate;
     if anything fails, what was opened is closed again before the error goes on."""
     info = source.open()
+    sink: LiveSink | None = None
     try:
         sink = make_sink(info)
         sink.open()
-    except BaseException:
+    except BaseException:  # an error, or Ctrl-C / SIGTERM while opening
+        if sink is not None:
+            close_quietly(sink)
         close_quietly(source)
         raise
     return info, sink
@@ -122,29 +125,41 @@ def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
     info = source.info
     if info is None:
         raise ValueError(f"{source.name}: open the source before the run")
-    sink.open()
     cadence: AdaptiveCadence | None = None
+    metrics = Metrics()
 
-    def on_frame(_slot: Slot) -> None:
+    def on_frame(slot: Slot) -> None:
+        if isinstance(slot.payload, int):  # the composite stage's count of faces pasted
+            metrics.faces_on_screen = slot.payload
         if cadence is not None:
             cadence.on_frame()
 
+    line: StatusLine | None = None
+    timer: threading.Timer | None = None
     try:
-        pipeline = _assemble(job, (info.height, info.width), source, sink, True, faces, on_frame)
+        # Until the runner owns them (it closes both whatever happens), an interrupt here
+        # (Ctrl-C, SIGTERM while the stages are built) must still close the source and the
+        # sink: a file output is finalised, or removed when it holds no frame.
+        sink.open()
+        pipeline = _assemble(job, (info.height, info.width), source, sink, True, faces, on_frame, metrics)
+        cadence = AdaptiveCadence(pipeline.tracker, pipeline.rings, job.config.detect.every)
+        if on_start is not None:
+            on_start(pipeline)
+        line = StatusLine(pipeline, status) if status is not None else None
+        timer = threading.Timer(duration, pipeline.stop, args=("duration reached",)) if duration else None
+        if line is not None:
+            line.start()
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
     except BaseException:
+        if line is not None:
+            line.stop()
+        if timer is not None:
+            timer.cancel()
         close_quietly(sink)
-        source.close()
+        close_quietly(source)
         raise
-    cadence = AdaptiveCadence(pipeline.tracker, pipeline.rings, job.config.detect.every)
-    if on_start is not None:
-        on_start(pipeline)
-    line = StatusLine(pipeline, status) if status is not None else None
-    timer = threading.Timer(duration, pipeline.stop, args=("duration reached",)) if duration else None
-    if line is not None:
-        line.start()
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
     try:
         extra = {"input": source.describe(),
                  "video": {"width": info.width, "height": info.height, "fps": float(info.rate)}}
@@ -154,7 +169,18 @@ def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
             timer.cancel()
         if line is not None:
             line.stop()
-    result.report["live"] = {"detect_every_base": cadence.base, "detect_every_max": cadence.highest,
-                             "cadence_changes": cadence.changes, "stopped": pipeline.runner.stopped}
-    result.report["input"] = source.describe()
+    rep = result.report
+    rep["live"] = {"detect_every_base": cadence.base, "detect_every_max": cadence.highest,
+                   "cadence_changes": cadence.changes, "stopped": pipeline.runner.stopped}
+    rep["input"] = source.describe()
+    # "frames" are the frames delivered: those the sink was given and dropped are counted apart.
+    delivered_only(rep, stats_of(sink))
     return result
+
+
+def delivered_only(rep: dict[str, Any], stats: SinkStats) -> None:
+    """Make a live report's `frames` (and `fps`) the frames the sink delivered, and keep
+    its delivery figures under `sink`."""
+    rep["frames"] = max(0, rep["frames"] - stats["dropped"])
+    rep["fps"] = round(rep["frames"] / rep["elapsed_s"], 2) if rep["elapsed_s"] > 0 else 0.0
+    rep["sink"] = sink_report(stats)

@@ -47,6 +47,7 @@ class Metrics:
         self.frames_in = 0  # read from the source (live: including frames dropped at once)
         self.frames_out = 0
         self.faces_swapped = 0
+        self.faces_on_screen = 0  # faces swapped into the last frame delivered (live runs set it)
         self.frames_with_faces = 0
         self.started = time.monotonic()
         self.finished: float | None = None
