@@ -26,7 +26,7 @@ from stream.media.convert import YuvFramer
 from stream.media.demo_clips import group_picture, single_face_picture
 from stream.runtime.slot import Slot
 from stream.server.app import FaceServer, start_server
-from stream.server.client import PacedTrack, call_server
+from stream.server.client import PacedTrack, call_server, open_session
 from stream.sinks.webrtc import SwappedTrack
 from stream.sources.webrtc import WebRtcSource
 from tests.fixtures import Identity
@@ -85,11 +85,12 @@ async def ended(server: FaceServer, session: str, timeout: float = 10.0) -> bool
 def test_a_peer_gets_its_camera_back_swapped(shared_job: SwapJob, camera_pictures: list[np.ndarray],
                                             source_photo: Path) -> None:
     async def scenario(server: FaceServer, url: str) -> tuple[list[av.VideoFrame], dict[str, Any], Any]:
-        pc, sid, remote = await call_server(url, PacedTrack(camera_pictures))
+        call = await open_session(url, PacedTrack(camera_pictures))
+        pc, sid, remote = call.pc, call.session, call.remote
         frames = await frames_from(remote, 60)
         await asyncio.sleep(1.2)  # one status period: the figures are in
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"{url}api/sessions/{sid}") as r:
+            async with http.get(call.url, headers=call.headers) as r:
                 state = await r.json()
         session = server.sessions[sid]
         # The backlog guard found aiortc's decoder queue (a private name that could change).
@@ -149,7 +150,9 @@ def test_the_source_face_can_be_uploaded_and_changed_mid_session(
     assert ok
 
     async def scenario(server: FaceServer, url: str) -> tuple[list[av.VideoFrame], list[av.VideoFrame]]:
-        async with aiohttp.ClientSession() as http:
+        # The cookie jar keeps the visitor cookie (from an IP address: unsafe=True): the
+        # upload is this visitor's, and so is the session that uses it.
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
             form = aiohttp.FormData()
             form.add_field("photo", jpeg.tobytes(), filename="second.jpg", content_type="image/jpeg")
             async with http.post(f"{url}api/faces", data=form) as r:
@@ -160,17 +163,17 @@ def test_the_source_face_can_be_uploaded_and_changed_mid_session(
             assert face["id"] in [f["id"] for f in listed["faces"]]
             async with http.get(f"{url}{face['thumb'].lstrip('/')}") as r:
                 assert r.status == 200 and r.content_type == "image/jpeg"
-            pc, sid, remote = await call_server(url, PacedTrack(camera_pictures), session=http)
-            before = await frames_from(remote, 20)
-            async with http.post(f"{url}api/sessions/{sid}/face", json={"face": face["id"]}) as r:
+            call = await open_session(url, PacedTrack(camera_pictures), session=http)
+            before = await frames_from(call.remote, 20)
+            async with http.post(f"{call.url}/face", json={"face": face["id"]}, headers=call.headers) as r:
                 assert r.status == 200 and (await r.json())["face"] == face["id"]
-            track = remote.result()
+            track = call.remote.result()
             for _ in range(10):  # frames already in flight still carry the first face
                 await track.recv()
             after = [await asyncio.wait_for(track.recv(), 20) for _ in range(5)]
-            async with http.delete(f"{url}api/sessions/{sid}") as r:
+            async with http.delete(call.url, headers=call.headers) as r:
                 assert r.status == 200
-            await pc.close()
+            await call.pc.close()
             return before, after
 
     before, after = serve(shared_job, scenario)
@@ -293,10 +296,11 @@ def test_fifty_connect_disconnect_cycles_leave_nothing_behind(shared_job: SwapJo
     async def scenario(server: FaceServer, url: str) -> None:
         async with aiohttp.ClientSession() as http:
             for cycle in range(50):
-                pc, sid, remote = await call_server(url, PacedTrack(camera_pictures), session=http)
-                await frames_from(remote, 2)
+                call = await open_session(url, PacedTrack(camera_pictures), session=http)
+                pc, sid = call.pc, call.session
+                await frames_from(call.remote, 2)
                 if cycle % 2:  # half leave as a closing browser tab does, half say goodbye first
-                    async with http.delete(f"{url}api/sessions/{sid}") as r:
+                    async with http.delete(call.url, headers=call.headers) as r:
                         assert r.status == 200
                 await pc.close()
                 assert await ended(server, sid), f"cycle {cycle}: the session did not end"

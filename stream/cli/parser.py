@@ -5,7 +5,7 @@ import argparse
 import json
 
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
-from stream.server.peer import CODECS
+from stream.server import CODECS, MAX_UPLOAD_PIXELS
 
 # A server's browsers bring their own faces: no reference photos or mappings there.
 SERVER_SELECT_MODES = ("all", "largest")
@@ -129,13 +129,26 @@ def build_parser() -> argparse.ArgumentParser:
                "  facestream serve --source face.jpg              # then open http://127.0.0.1:8080\n"
                "  facestream serve --source a.jpg --source b.jpg  # both offered on the page\n"
                "  facestream serve --host 0.0.0.0 --port 9000     # other machines too (browsers allow\n"
-               "                                                  # the camera on https or localhost only)",
+               "                                                  # the camera on https or localhost only)\n"
+               "  facestream serve --ice-host 192.168.1.20        # page on loopback (behind an https\n"
+               "                                                  # proxy), media on the LAN address",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--source", action="append", default=[], metavar="PHOTO",
                        help="a face offered on the page (repeatable; default: scikit-image's astronaut); "
                             "the page can upload more")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1); WebRTC's ICE candidates are gathered "
+                            "on it too, so 127.0.0.1 serves this machine only and 0.0.0.0 every interface")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    serve.add_argument("--ice-host", action="append", default=[], metavar="ADDR",
+                       help="gather WebRTC (ICE) candidates on ADDR instead of the --host address "
+                            "(repeatable; 0.0.0.0: every interface), e.g. a LAN address behind a proxy")
+    serve.add_argument("--share-uploads", action="store_true",
+                       help="show every visitor's uploaded faces to every visitor (by default an upload "
+                            "is its uploader's own)")
+    serve.add_argument("--max-upload-pixels", type=int, default=MAX_UPLOAD_PIXELS, metavar="N",
+                       help="refuse uploaded photos larger than N pixels, from their header, before "
+                            f"decoding (default {MAX_UPLOAD_PIXELS})")
     serve.add_argument("--max-peers", type=int, default=4, metavar="N",
                        help="browsers served at once (default 4); each runs its own pipeline")
     serve.add_argument("--codec", choices=CODECS, default="vp8",

@@ -5,21 +5,31 @@ sink) on models loaded once and shared (`SwapJob.share`), and the swapped video 
 on the same connection. The page chooses or uploads the source face and shows live
 figures, polled from `/api/sessions/ID`.
 
-HTTP API (JSON unless said):
+HTTP API (JSON unless said; every refusal is 4xx with a one-line {"error"}):
 - `GET /` the page;
-- `GET /api/faces`, `POST /api/faces` (multipart field `photo`), `GET /api/faces/ID.jpg`;
-- `POST /api/offer` {sdp, type, face} -> {sdp, type, session};
-- `GET /api/sessions/ID` figures; `POST /api/sessions/ID/face` {face};
-  `DELETE /api/sessions/ID` (or `POST /api/sessions/ID/close`, for sendBeacon).
+- `GET /api/faces` the operator's faces and the visitor's own uploads; `POST /api/faces`
+  (multipart field `photo`); `GET /api/faces/ID.jpg`; `DELETE /api/faces/ID` (one's own);
+- `POST /api/offer` {sdp, type, face} -> {sdp, type, session, token, codec};
+- with the session's token (header `X-Session-Token`, or `?token=` for sendBeacon):
+  `GET /api/sessions/ID` figures; `POST /api/sessions/ID/face` {face};
+  `DELETE /api/sessions/ID` (or `POST /api/sessions/ID/close`);
+- `GET /api/status`.
+
+A visitor is the holder of the `facestream_visitor` cookie (or `X-Visitor` header),
+given on first contact: uploads are theirs unless the server shares them.
 """
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Callable
+import collections
+import logging
+import re
+import secrets
+import socket
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import cv2
 import numpy as np
@@ -27,70 +37,104 @@ from aiohttp import web
 from aiortc import RTCSessionDescription
 
 from engines.errors import EngineError
+from engines.face import ImageBGR
 from stream.errors import StreamError, reason_of
-from stream.job.swap_job import PhotoFace, SwapJob
-from stream.server.faces import FaceEntry, thumbnail
-from stream.server.peer import CODECS, PeerSession
+from stream.job.swap_job import SwapJob
+from stream.media.image_header import FORMATS, ImageHeaderError, read_image_header
+from stream.server import CODECS, MAX_UPLOAD_PIXELS
+from stream.server.faces import FaceEntry, FaceLibrary, new_entry
+from stream.server.listen import bind_socket
+from stream.server.peer import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, OfferError, PeerSession, check_offer
+
+log = logging.getLogger(__name__)
 
 MAX_UPLOAD_BYTES = 12 * 1024 * 1024
-MAX_FACES = 32  # uploaded faces kept (the oldest upload goes first)
+UPLOAD_WORK_SIDE = 1600  # uploads are searched and kept at most this long a side
+VISITOR_COOKIE = "facestream_visitor"
+ENDED_KEPT = 256  # ended sessions remembered, to tell their page why
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")
+VISITOR = web.RequestKey("visitor", str)
+
+
+class ApiError(Exception):
+    """A refusal: the status and the one-line message the client gets."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class FaceServer:
     """The server's state: the job (models, shared), the face library, the sessions."""
 
     def __init__(self, job: SwapJob, max_peers: int = 4, codec: str = "vp8",
-                 say: Callable[[str], None] | None = None) -> None:
+                 say: Callable[[str], None] | None = None, *,
+                 ice_addresses: Sequence[str] | None = ("127.0.0.1",), share_uploads: bool = False,
+                 max_upload_pixels: int = MAX_UPLOAD_PIXELS, connect_timeout: float = CONNECT_TIMEOUT_S,
+                 idle_timeout: float = IDLE_TIMEOUT_S, library: FaceLibrary | None = None) -> None:
+        """`ice_addresses`: where peers' ICE candidates are gathered (None: every
+        interface); `share_uploads`: every visitor sees every upload; `max_upload_pixels`:
+        larger pictures are refused from their header; `connect_timeout`, `idle_timeout`:
+        a session not connected, or without video, that long is closed."""
         if codec not in CODECS:
             raise ValueError(f"codec {codec!r}: choose one of {', '.join(CODECS)}")
         self.job = job
         self.max_peers = max_peers
         self.codec = codec
-        self.faces: dict[str, FaceEntry] = {}
-        self.default_face: str | None = None
+        self.ice_addresses = None if ice_addresses is None else list(ice_addresses)
+        self.max_upload_pixels = max_upload_pixels
+        self.connect_timeout = connect_timeout
+        self.idle_timeout = idle_timeout
+        self.library = library or FaceLibrary(share_uploads)
         self.sessions: dict[str, PeerSession] = {}
+        self.ended: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()
         self.sessions_started = 0
         self.say = say or (lambda line: None)  # one line per peer event, for the console
         self._upload_lock = asyncio.Lock()
 
     # -- faces -----------------------------------------------------------------------
 
-    def add_face(self, face: PhotoFace, prepared: object, name: str, uploaded: bool) -> FaceEntry:
-        entry = FaceEntry(uuid.uuid4().hex[:10], name, face, prepared, thumbnail(face), uploaded)
-        self.faces[entry.id] = entry
-        uploads = [f for f in self.faces.values() if f.uploaded]
-        if len(uploads) > MAX_FACES:
-            in_use = {s.face.id for s in self.sessions.values()}
-            for old in uploads:
-                if old.id not in in_use:
-                    del self.faces[old.id]
-                    break
-        if self.default_face is None:
-            self.default_face = entry.id
-        return entry
+    @property
+    def faces(self) -> dict[str, FaceEntry]:
+        return self.library.entries
 
     def add_job_faces(self) -> None:
         """The job's --source photos, already prepared by job.open()."""
         for face, prepared in zip(self.job.sources, self.job.prepared):
-            self.add_face(face, prepared, Path(face.path).name, uploaded=False)
+            self.library.add(new_entry(face, prepared, Path(face.path).name, owner=None))
 
-    def face_from_upload(self, data: bytes, name: str) -> FaceEntry:
-        """Decode an uploaded photo, find its largest face and prepare it (blocking)."""
-        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    def face_from_upload(self, data: bytes, name: str, owner: str) -> FaceEntry:
+        """Decode an uploaded photo (its size already checked), find its largest face and
+        prepare it (blocking). The photo is not kept: only the prepared face and a
+        thumbnail."""
+        image = cast(ImageBGR | None, cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR))
         if image is None:
-            raise ValueError(f"{name!r} is not a picture this server can read (JPEG, PNG, WebP, BMP)")
-        face = self.job.find_face(name, "uploaded photo", image=image)
-        return self.add_face(face, self.job.prepare(face), name, uploaded=True)
+            raise ValueError(f"photo {name!r}: not a picture this server can read ({', '.join(FORMATS)})")
+        image = _fit_within(image, UPLOAD_WORK_SIDE)
+        notes = len(self.job.notes)
+        try:
+            face = self.job.find_face(name, "uploaded photo", image=image)
+        finally:
+            del self.job.notes[notes:]  # said to the uploader, not kept for the console
+        return new_entry(face, self.job.prepare(face), name, owner)
 
-    def _face_json(self, entry: FaceEntry) -> dict[str, Any]:
-        return {"id": entry.id, "name": entry.name, "thumb": f"/api/faces/{entry.id}.jpg",
-                "uploaded": entry.uploaded}
+    def _face_json(self, entry: FaceEntry, visitor: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": entry.id, "name": entry.name, "thumb": f"/api/faces/{entry.id}.jpg",
+                               "uploaded": entry.uploaded, "mine": entry.uploaded and entry.owner == visitor,
+                               "faces_found": entry.faces_found}
+        if entry.faces_found > 1:
+            out["note"] = f"{entry.faces_found} faces found; using the largest"
+        return out
 
     # -- sessions --------------------------------------------------------------------
 
     async def end_session(self, session_id: str) -> None:
         session = self.sessions.pop(session_id, None)
         if session is not None:
+            self.ended[session_id] = (session.token, session.ended or "closed")
+            while len(self.ended) > ENDED_KEPT:
+                self.ended.popitem(last=False)
             await session.close()
 
     async def close(self) -> None:
@@ -99,11 +143,12 @@ class FaceServer:
     # -- HTTP ------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_UPLOAD_BYTES)
+        app = web.Application(client_max_size=MAX_UPLOAD_BYTES, middlewares=[self._guard])
         app.router.add_get("/", self.page)
         app.router.add_get("/api/faces", self.list_faces)
         app.router.add_post("/api/faces", self.upload_face)
         app.router.add_get("/api/faces/{id}.jpg", self.face_thumb)
+        app.router.add_delete("/api/faces/{id}", self.delete_face)
         app.router.add_post("/api/offer", self.offer)
         app.router.add_get("/api/sessions/{id}", self.session_state)
         app.router.add_post("/api/sessions/{id}/face", self.session_face)
@@ -113,63 +158,144 @@ class FaceServer:
         app.on_shutdown.append(lambda _app: self.close())
         return app
 
+    @web.middleware
+    async def _guard(self, request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        """Who the visitor is (a cookie given on first contact), and every refusal as a
+        one-line JSON error: ours, aiohttp's (unknown path, wrong method, body too large)
+        and, for a bug, a 500 that names nothing of the code."""
+        given = request.cookies.get(VISITOR_COOKIE) or request.headers.get("X-Visitor") or ""
+        fresh = not _TOKEN.fullmatch(given)
+        visitor = secrets.token_urlsafe(18) if fresh else given
+        request[VISITOR] = visitor
+        try:
+            response = await handler(request)
+        except ApiError as exc:
+            response = _error(exc.status, exc.message)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            response = _error(exc.status, _http_message(request, exc))
+            if "Allow" in exc.headers:
+                response.headers["Allow"] = exc.headers["Allow"]
+        except Exception:  # a bug: logged with its traceback, the client gets one line
+            log.exception("%s %s failed", request.method, request.path)
+            response = _error(500, "internal error (the server's log has the details)")
+        if fresh:
+            response.set_cookie(VISITOR_COOKIE, visitor, httponly=True, samesite="Strict", path="/",
+                                max_age=30 * 24 * 3600)
+        return response
+
     async def page(self, request: web.Request) -> web.Response:
         html = resources.files("stream.server").joinpath("web/index.html").read_text(encoding="utf-8")
         return web.Response(text=html, content_type="text/html")
 
     async def list_faces(self, request: web.Request) -> web.Response:
-        return web.json_response({"faces": [self._face_json(f) for f in self.faces.values()],
-                                  "default": self.default_face})
+        visitor = request[VISITOR]
+        return web.json_response({"faces": [self._face_json(f, visitor) for f in self.library.listed(visitor)],
+                                  "default": self.library.default})
+
+    def _visible_face(self, face_id: str, visitor: str | None) -> FaceEntry:
+        entry = self.library.get(face_id, visitor)
+        if entry is None:
+            raise ApiError(404, f"face {_shown(face_id)}: not on this server (upload it first)")
+        return entry
 
     async def face_thumb(self, request: web.Request) -> web.Response:
-        entry = self.faces.get(request.match_info["id"])
-        if entry is None:
-            raise web.HTTPNotFound(text="no such face")
+        entry = self._visible_face(request.match_info["id"], request[VISITOR])
         return web.Response(body=entry.thumb, content_type="image/jpeg")
 
+    async def delete_face(self, request: web.Request) -> web.Response:
+        face_id = request.match_info["id"]
+        entry = self._visible_face(face_id, request[VISITOR])
+        if not entry.uploaded:
+            raise ApiError(403, f"face {_shown(face_id)}: one of the server's own faces; it cannot be deleted")
+        if entry.owner != request[VISITOR]:
+            raise ApiError(403, f"face {_shown(face_id)}: uploaded by another visitor; only they can delete it")
+        self.library.remove(face_id)
+        return web.json_response({"deleted": face_id})
+
     async def upload_face(self, request: web.Request) -> web.Response:
+        if request.content_type != "multipart/form-data":
+            raise ApiError(400, "upload: send the picture as multipart/form-data field 'photo'")
         try:
             form = await request.post()
-        except ValueError as exc:  # aiohttp's "too large" and malformed bodies
-            return _error(400, f"upload: {exc}")
+        except web.HTTPException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever a malformed body makes aiohttp raise
+            log.debug("upload: unreadable form", exc_info=exc)
+            raise ApiError(400, "upload: the multipart body could not be read") from exc
         field = form.get("photo")
-        if field is None or not hasattr(field, "file"):
-            return _error(400, "upload: send the picture as multipart field 'photo'")
+        if not isinstance(field, web.FileField):
+            raise ApiError(400, "upload: send the picture as multipart field 'photo' (a file)")
+        name = _file_name(field.filename)
         data = field.file.read()
-        name = Path(field.filename or "upload").name
+        if not data:
+            raise ApiError(422, f"photo {name!r}: the file is empty")
         try:
-            async with self._upload_lock:
-                entry = await asyncio.to_thread(self.face_from_upload, data, name)
+            header = read_image_header(data)
+        except ImageHeaderError as exc:
+            raise ApiError(422, f"photo {name!r}: {exc}") from exc
+        if header.pixels > self.max_upload_pixels:
+            raise ApiError(413, f"photo {name!r} is {header.width}x{header.height} ({header.pixels / 1e6:.0f} "
+                                f"megapixels); this server takes up to {self.max_upload_pixels / 1e6:g} megapixels")
+        try:
+            async with self._upload_lock:  # one decode at a time: memory bounded by one picture
+                entry = await asyncio.to_thread(self.face_from_upload, data, name, request[VISITOR])
         except (EngineError, ValueError, StreamError) as exc:
-            return _error(422, reason_of(exc))
-        return web.json_response(self._face_json(entry))
+            raise ApiError(422, reason_of(exc)) from exc
+        self.library.add(entry, in_use={s.face.id for s in self.sessions.values()})
+        return web.json_response(self._face_json(entry, request[VISITOR]))
 
     async def offer(self, request: web.Request) -> web.Response:
+        body = await _json_object(request, "offer", "{sdp, type, face}")
+        sdp, kind, face_id = body.get("sdp"), body.get("type"), body.get("face")
+        if not isinstance(sdp, str) or not sdp.strip():
+            raise ApiError(400, "offer: 'sdp' must be the offer's SDP text")
+        if kind != "offer":
+            raise ApiError(400, "offer: 'type' must be \"offer\"")
+        if face_id is not None and not isinstance(face_id, str):
+            raise ApiError(400, "offer: 'face' must be a face id (a string), or left out for the default")
+        face = self._visible_face(face_id or self.library.default or "", request[VISITOR])
         try:
-            body = await request.json()
-            offer = RTCSessionDescription(sdp=body["sdp"], type=body["type"])
-        except (ValueError, KeyError, TypeError):
-            return _error(400, "offer: expected JSON {sdp, type, face}")
-        face = self.faces.get(body.get("face") or self.default_face or "")
-        if face is None:
-            return _error(404, f"face {body.get('face')!r}: not on this server (upload it first)")
+            check_offer(sdp)
+        except OfferError as exc:
+            raise ApiError(400, str(exc)) from exc
         if len(self.sessions) >= self.max_peers:
-            return _error(503, f"this server takes {self.max_peers} peers at once; all are in use")
-        session = PeerSession(self.job, face, self.codec, say=self.say, on_failed=self.end_session)
+            raise ApiError(503, f"this server takes {self.max_peers} peers at once; all are in use")
+        session = PeerSession(self.job, face, self.codec, say=self.say, on_failed=self.end_session,
+                              visitor=request[VISITOR], ice_addresses=self.ice_addresses,
+                              connect_timeout=self.connect_timeout, idle_timeout=self.idle_timeout)
         self.sessions[session.id] = session
         self.sessions_started += 1
         try:
-            answer = await session.answer(offer)
-        except Exception as exc:  # noqa: BLE001 - a bad offer is the peer's problem, said in one line
+            answer = await session.answer(RTCSessionDescription(sdp=sdp, type="offer"))
+        except OfferError as exc:
             await self.end_session(session.id)
-            return _error(400, f"offer: {reason_of(exc)}")
+            raise ApiError(400, str(exc)) from exc
+        except Exception as exc:  # noqa: BLE001 - aiortc's parse errors name its code, not the problem
+            log.debug("offer refused", exc_info=exc)
+            await self.end_session(session.id)
+            raise ApiError(400, "offer: the SDP could not be used (not a WebRTC offer this server "
+                                "can answer)") from exc
         return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": session.id,
-                                  "codec": session.codec})
+                                  "token": session.token, "codec": session.codec})
 
     def _session(self, request: web.Request) -> PeerSession:
-        session = self.sessions.get(request.match_info["id"])
+        """The session named in the path, for the holder of its token; 404 for an unknown
+        id, 403 for a missing or wrong token."""
+        sid = request.match_info["id"]
+        given = request.headers.get("X-Session-Token") or request.query.get("token") or ""
+        session = self.sessions.get(sid)
         if session is None:
-            raise web.HTTPNotFound(text="no such session (it ended)")
+            ended = self.ended.get(sid)
+            if ended is not None and _same(given, ended[0]):
+                raise ApiError(404, f"session {sid}: ended ({ended[1]})")
+            raise ApiError(404, f"session {_shown(sid)}: no such session")
+        if not given:
+            raise ApiError(403, f"session {sid}: send its token (X-Session-Token header or ?token=)")
+        if not _same(given, session.token):
+            raise ApiError(403, f"session {sid}: wrong token")
         return session
 
     async def session_state(self, request: web.Request) -> web.Response:
@@ -177,41 +303,92 @@ class FaceServer:
 
     async def session_face(self, request: web.Request) -> web.Response:
         session = self._session(request)
-        try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "expected JSON {face}")
-        face = self.faces.get(str(body.get("face")))
-        if face is None:
-            return _error(404, f"face {body.get('face')!r}: not on this server")
-        session.set_face(face)
+        body = await _json_object(request, "face change", "{face}")
+        face_id = body.get("face")
+        if not isinstance(face_id, str):
+            raise ApiError(400, "face change: 'face' must be a face id (a string)")
+        session.set_face(self._visible_face(face_id, session.visitor))
         return web.json_response(session.state())
 
     async def session_close(self, request: web.Request) -> web.Response:
-        await self.end_session(request.match_info["id"])
-        return web.json_response({"closed": request.match_info["id"]})
+        session = self._session(request)
+        session.ended = "closed by the client"
+        await self.end_session(session.id)
+        return web.json_response({"closed": session.id})
 
     async def status(self, request: web.Request) -> web.Response:
         return web.json_response({"engine": self.job.models.name,
                                   "sessions": len(self.sessions), "max_peers": self.max_peers,
-                                  "sessions_started": self.sessions_started, "faces": len(self.faces)})
+                                  "sessions_started": self.sessions_started,
+                                  "faces": len(self.library.listed(request[VISITOR]))})
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-async def start_server(server: FaceServer, host: str, port: int) -> tuple[web.AppRunner, str]:
-    """Listen on host:port (0: any free port); returns the runner and the page's URL."""
+async def _json_object(request: web.Request, what: str, shape: str) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested past the parser
+        raise ApiError(400, f"{what}: the body is not JSON (expected {shape})") from exc
+    if not isinstance(body, dict):
+        kind = {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(body), "a number")
+        raise ApiError(400, f"{what}: expected a JSON object {shape}, got {kind}")
+    return body
+
+
+def _http_message(request: web.Request, exc: web.HTTPException) -> str:
+    path = _shown(request.path)
+    if exc.status == 404:
+        return f"{path}: no such page"
+    if exc.status == 405:
+        return f"{request.method} {path}: not allowed (allowed: {exc.headers.get('Allow', 'none')})"
+    if exc.status == 413:
+        return f"{request.method} {path}: the body is larger than {MAX_UPLOAD_BYTES // 2**20} MB"
+    return f"{request.method} {path}: {exc.reason}"
+
+
+def _shown(text: str, limit: int = 64) -> str:
+    """A client-supplied value quoted in a message: printable, and short."""
+    clean = "".join(c if c.isprintable() else "?" for c in text)
+    return repr(clean if len(clean) <= limit else clean[:limit] + "...")
+
+
+def _file_name(filename: str | None) -> str:
+    name = Path(filename or "upload").name or "upload"
+    name = "".join(c for c in name if c.isprintable())
+    return name[:80] or "upload"
+
+
+def _same(given: str, token: str) -> bool:
+    return secrets.compare_digest(given.encode("utf-8", "replace"), token.encode())
+
+
+def _fit_within(image: ImageBGR, side: int) -> ImageBGR:
+    h, w = image.shape[:2]
+    scale = side / max(h, w)
+    if scale >= 1:
+        return image
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    return cast(ImageBGR, cv2.resize(image, size, interpolation=cv2.INTER_AREA))
+
+
+async def start_server(server: FaceServer, host: str, port: int,
+                       sock: socket.socket | None = None) -> tuple[web.AppRunner, str]:
+    """Serve on `sock` (or a socket bound to host:port now; 0: any free port); returns the
+    runner and the page's URL."""
+    sock = sock or bind_socket(host, port)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.SockSite(runner, sock)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
         raise StreamError(f"serve: cannot listen on {host}:{port} ({exc.strerror or exc})") from exc
-    sockets = getattr(site._server, "sockets", None) or []  # the bound port, when 0 was asked
-    bound = sockets[0].getsockname()[1] if sockets else port
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    bound_host, bound = sock.getsockname()[:2]
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else bound_host)
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
     return runner, f"http://{shown}:{bound}/"

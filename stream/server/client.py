@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import av
@@ -54,13 +55,38 @@ class PacedTrack(MediaStreamTrack):
         return frame
 
 
-async def call_server(base_url: str, track: MediaStreamTrack, face: str | None = None,
-                      session: Any = None) -> tuple[Any, str, asyncio.Future[MediaStreamTrack]]:
-    """Connect `track` to a `facestream serve` at `base_url` as a browser would: offer,
-    answer, and a future of the swapped track coming back. Returns (pc, session id,
-    remote track future). `session` is an aiohttp ClientSession to reuse."""
+@dataclass
+class PeerCall:
+    """A client's session on a `facestream serve`: its connection, the session id and the
+    token that reading, changing or closing it needs, and a future of the swapped track."""
+
+    pc: Any
+    session: str
+    token: str
+    remote: asyncio.Future[MediaStreamTrack]
+    base_url: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"X-Session-Token": self.token}
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url.rstrip('/')}/api/sessions/{self.session}"
+
+
+async def open_session(base_url: str, track: MediaStreamTrack, face: str | None = None,
+                       session: Any = None, visitor: str | None = None,
+                       ice_addresses: Sequence[str] | None = None) -> PeerCall:
+    """Connect `track` to a `facestream serve` at `base_url` as a browser would: offer
+    (sent once ICE gathering is complete), answer, and a future of the swapped track
+    coming back. `session`: an aiohttp ClientSession to reuse (its cookie is the visitor);
+    `visitor`: a visitor token sent as the X-Visitor header instead; `ice_addresses`:
+    gather this peer's candidates there only (None: aiortc's default)."""
     import aiohttp
     from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+    from stream.server.ice import restrict_gathering
 
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     loop = asyncio.get_running_loop()
@@ -72,11 +98,13 @@ async def call_server(base_url: str, track: MediaStreamTrack, face: str | None =
             remote.set_result(t)
 
     pc.addTrack(track)
+    restrict_gathering(pc, ice_addresses)
     await pc.setLocalDescription(await pc.createOffer())
     own = session is None
     http = aiohttp.ClientSession() if own else session
+    headers = {"X-Visitor": visitor} if visitor else {}
     try:
-        async with http.post(base_url.rstrip("/") + "/api/offer",
+        async with http.post(base_url.rstrip("/") + "/api/offer", headers=headers,
                              json={"sdp": pc.localDescription.sdp, "type": pc.localDescription.type,
                                    "face": face}) as response:
             body = await response.json()
@@ -87,4 +115,12 @@ async def call_server(base_url: str, track: MediaStreamTrack, face: str | None =
         if own:
             await http.close()
     await pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
-    return pc, body["session"], remote
+    return PeerCall(pc, body["session"], body["token"], remote, base_url)
+
+
+async def call_server(base_url: str, track: MediaStreamTrack, face: str | None = None,
+                      session: Any = None) -> tuple[Any, str, asyncio.Future[MediaStreamTrack]]:
+    """`open_session`, returning (pc, session id, remote track future) (the token is in
+    `open_session`'s answer)."""
+    call = await open_session(base_url, track, face, session)
+    return call.pc, call.session, call.remote

@@ -1,11 +1,18 @@
 """One WebRTC peer of `facestream serve`: its connection, its own pipeline on the server's
-shared models, and its live figures."""
+shared models, its live figures, and the watch that ends it when its peer is gone.
+
+A session lives only while its peer does: one not connected within `connect_timeout`
+(an offer whose candidates nobody answers, a client that vanished while connecting),
+one whose connection fails or closes, and one whose video stops for `idle_timeout` (a
+client killed without a word: ICE consent would take 30 s to notice) is closed, and its
+slot freed, within a second of the bound."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import threading
-import uuid
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,13 +24,34 @@ from stream.job.assembly import Pipeline
 from stream.job.runs import run_live
 from stream.job.swap_job import SwapJob
 from stream.server.faces import FaceEntry
+from stream.server.ice import restrict_gathering
 from stream.sinks.webrtc import SwappedTrack, WebRtcSink
 from stream.sources.webrtc import TrackReader, WebRtcSource
 
 log = logging.getLogger(__name__)
 
-# What `serve --codec` may ask to send back: a codec the browser offered, or its own first choice.
-CODECS = ("vp8", "h264", "auto")
+CONNECT_TIMEOUT_S = 15.0  # from the answer to a connected peer
+IDLE_TIMEOUT_S = 10.0  # without a frame from a connected peer
+MAX_SDP_CHARS = 64 * 1024  # a browser's offer is a few KB
+WATCH_PERIOD_S = 0.25
+
+
+class OfferError(ValueError):
+    """An offer this server cannot answer (the message is for the client, one line)."""
+
+
+def check_offer(sdp: str) -> None:
+    """Refuse, before aiortc sees it, an offer that cannot lead to a session: no video, or
+    no ICE candidate (this server takes no trickled candidates, so such a peer could only
+    hold a slot until the connect timeout)."""
+    if len(sdp) > MAX_SDP_CHARS:
+        raise OfferError(f"offer: the SDP is {len(sdp)} characters; at most {MAX_SDP_CHARS} are taken")
+    lines = [line.strip() for line in sdp.splitlines()]
+    if not any(line.startswith("m=video ") for line in lines):
+        raise OfferError("offer: the SDP has no video (m=video) section")
+    if not any(line.startswith("a=candidate:") for line in lines):
+        raise OfferError("offer: the SDP carries no ICE candidates (send it once gathering is "
+                         "complete; this server takes no trickled candidates)")
 
 
 class PeerSession:
@@ -31,14 +59,23 @@ class PeerSession:
 
     def __init__(self, job: SwapJob, face: FaceEntry, codec: str = "vp8",
                  say: Callable[[str], None] | None = None,
-                 on_failed: Callable[[str], Awaitable[None]] | None = None) -> None:
-        """`job`: the shared models; `codec`: what to send back (see CODECS); `say`: one
-        line per event for the console; `on_failed(id)`: the connection failed or closed."""
+                 on_failed: Callable[[str], Awaitable[None]] | None = None,
+                 visitor: str | None = None, ice_addresses: list[str] | None = None,
+                 connect_timeout: float = CONNECT_TIMEOUT_S, idle_timeout: float = IDLE_TIMEOUT_S) -> None:
+        """`job`: the shared models; `codec`: what to send back (see stream.server.CODECS); `say`: one
+        line per event for the console; `on_failed(id)`: the session should end (its
+        connection failed or closed, or its peer is gone); `visitor`: who opened it (its
+        faces are theirs); `ice_addresses`: where to gather candidates (None: everywhere)."""
         self.job = job
         self.codec_wanted = codec
         self.say = say or (lambda line: None)
         self.on_failed = on_failed
-        self.id = uuid.uuid4().hex[:12]
+        self.visitor = visitor
+        self.ice_addresses = ice_addresses
+        self.connect_timeout = connect_timeout
+        self.idle_timeout = idle_timeout
+        self.id = secrets.token_hex(6)
+        self.token = secrets.token_urlsafe(24)  # reading, changing or closing the session needs it
         self.face = face
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.source = WebRtcSource(f"webrtc peer {self.id}")
@@ -51,6 +88,8 @@ class PeerSession:
         self.error: str | None = None
         self.codec: str | None = None
         self.closed = False
+        self.ended: str | None = None  # why the server ended it
+        self._watch: asyncio.Task[None] | None = None
 
     async def answer(self, offer: RTCSessionDescription) -> RTCSessionDescription:
         pc = self.pc
@@ -59,12 +98,40 @@ class PeerSession:
         await pc.setRemoteDescription(offer)
         video = [t for t in pc.getTransceivers() if t.kind == "video"]
         if not video:
-            raise ValueError("the offer has no video")
+            raise OfferError("offer: the SDP has no video (m=video) section")
         pc.addTrack(self.out)
         _prefer_codec(video[0], self.codec_wanted)
+        restrict_gathering(pc, self.ice_addresses)
         await pc.setLocalDescription(await pc.createAnswer())
         self.codec = _negotiated_codec(video[0])
+        self._watch = asyncio.ensure_future(self._watch_peer())
         return pc.localDescription
+
+    async def _watch_peer(self) -> None:
+        """End the session when its peer does not connect in time, or stops sending."""
+        start = time.monotonic()
+        connected = False
+        seen, last_frame = 0, start
+        while not self.closed:
+            await asyncio.sleep(WATCH_PERIOD_S)
+            now = time.monotonic()
+            state = self.pc.connectionState
+            if not connected:
+                if state == "connected":
+                    connected, last_frame = True, now
+                elif now - start > self.connect_timeout:
+                    return await self._give_up(f"not connected within {self.connect_timeout:g} s")
+                continue
+            if self.source.frames_received != seen:
+                seen, last_frame = self.source.frames_received, now
+            elif now - last_frame > self.idle_timeout:
+                return await self._give_up(f"no video from the peer for {self.idle_timeout:g} s")
+
+    async def _give_up(self, why: str) -> None:
+        self.ended = why
+        self.say(f"peer {self.id}: closed, {why}")
+        if self.on_failed is not None:
+            await self.on_failed(self.id)
 
     def _on_track(self, track: Any) -> None:
         if track.kind != "video" or self.reader is not None:
@@ -74,8 +141,10 @@ class PeerSession:
         self.reader.start()
 
     async def _on_state(self) -> None:
-        if self.pc.connectionState in ("failed", "closed") and self.on_failed is not None:
-            await self.on_failed(self.id)
+        if self.pc.connectionState in ("failed", "closed") and not self.closed:
+            self.ended = self.ended or f"the connection {self.pc.connectionState}"
+            if self.on_failed is not None:
+                await self.on_failed(self.id)
 
     def _start_pipeline(self, _frame: Any) -> None:
         if self.closed:  # the peer left before its first frame was handled
@@ -116,7 +185,8 @@ class PeerSession:
 
     def state(self) -> dict[str, Any]:
         info = self.source.info
-        return {"session": self.id, "connection": self.pc.connectionState, "face": self.face.id,
+        return {"session": self.id, "connection": self.pc.connectionState, "ended": self.ended,
+                "face": self.face.id,
                 "codec": self.codec, "size": [info.width, info.height] if info else None,
                 "running": self.thread is not None and self.thread.is_alive(), "error": self.error,
                 **self.figures,
@@ -128,6 +198,8 @@ class PeerSession:
         if self.closed:
             return
         self.closed = True
+        if self._watch is not None and self._watch is not asyncio.current_task():
+            self._watch.cancel()
         self.source.end()  # the pipeline reads no more: it finishes and closes its stages
         if self.reader is not None:
             await self.reader.stop()
