@@ -8,8 +8,8 @@ keeps per-call state in the instance beyond counters, and every SwapResult owns 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import cv2
 import numpy as np
@@ -24,6 +24,7 @@ from engines.piecewise_affine import (
     prepare_mesh,
     prepare_triangulation,
 )
+from engines.protocols import BatchSpec
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,14 @@ class SourceFace:
             if level_size >= size:
                 best = k
         return best
+
+
+@dataclass(frozen=True, eq=False)
+class ClassicalBatch:
+    """A frame's faces for the warp: the frame's shape and each face with its source."""
+
+    frame_shape: tuple[int, ...]
+    pairs: tuple[tuple[Face, SourceFace], ...]
 
 
 def _check_landmarks(landmarks: object) -> Landmarks68 | None:
@@ -180,8 +189,11 @@ class ClassicalSwapper:
         Returns None (and counts a skip) when the region is empty or degenerate: face
         off-frame, collapsed or non-finite landmarks. Reads only `frame.shape`.
         """
+        return self._warp(frame.shape, face, source)
+
+    def _warp(self, frame_shape: tuple[int, ...], face: Face, source: SourceFace) -> SwapResult | None:
         lm = _check_landmarks(face.landmarks)
-        region = None if lm is None else self.face_region(frame.shape, lm)
+        region = None if lm is None else self.face_region(frame_shape, lm)
         if lm is None or region is None:
             self.skipped += 1
             return None
@@ -199,6 +211,31 @@ class ClassicalSwapper:
                      sources: Sequence[SourceFace]) -> list[SwapResult | None]:
         """`forward` for each face of one frame (the warp has nothing to batch)."""
         return [self.forward(frame, face, source) for face, source in zip(faces, sources)]
+
+    # The three phases (engines.protocols.Swapper): there is no model, so nothing is staged in
+    # buffers; the warp stays in the middle phase (the swap stage, as with `forward`) and the
+    # mask, colour transfer and blend stay in `paste` (the composite stage).
+
+    def batch_spec(self, max_faces: int) -> BatchSpec:
+        """No buffers: the warp writes each face's own patch."""
+        return BatchSpec()
+
+    def prepare_batch(self, frame: ImageBGR, faces: Sequence[Face], sources: Sequence[SourceFace],
+                      inputs: Mapping[str, np.ndarray]) -> ClassicalBatch:
+        """Only what the warp needs later: the frame's size and each face with its source."""
+        if len(faces) != len(sources):
+            raise ValueError(f"{len(faces)} faces but {len(sources)} sources")
+        return ClassicalBatch(frame.shape, tuple(zip(faces, sources)))
+
+    def forward_batch(self, batch: ClassicalBatch, inputs: Mapping[str, np.ndarray],
+                      outputs: Mapping[str, np.ndarray]) -> list[SwapResult | None]:
+        """The warp of each face (what `forward_many` does)."""
+        return [self._warp(batch.frame_shape, face, source) for face, source in batch.pairs]
+
+    def finish_batch(self, frame: ImageBGR, batch: ClassicalBatch,
+                     swapped: list[SwapResult | None]) -> list[SwapResult | None]:
+        """The warps are the results: blending is `paste`'s."""
+        return list(swapped)
 
     def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
         """The composite stage: mask, colour transfer, blend, in place in `result.region` only."""

@@ -12,15 +12,19 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TypeAlias
 
 import cv2
 import numpy as np
 import numpy.typing as npt
 
+from engines.bound_outputs import BindsOutputs
 from engines.errors import EngineError
 from engines.face import Face, ImageBGR, SwapResult
 from engines.face_align import Affine, estimate_norm, kps5_from_landmarks68, warp_crop
+from engines.protocols import BatchSpec
 from engines.region_warp import warp_affine_region
 from engines.runtime import InferenceRuntime, TensorSpec
 
@@ -34,6 +38,18 @@ LATENT_DIM = 512
 TEMPLATE = "arcface_128"
 TARGET, SOURCE, OUTPUT = "target", "source", "output"
 MASK_THRESHOLD = 20.0  # insightface: warped white above this counts as inside the crop
+
+
+@dataclass(frozen=True, eq=False)
+class InSwapBatch:
+    """A frame's faces prepared for the model: rows 0..count-1 of the batch buffers hold their
+    target blobs and latents; `affines` are their frame->crop matrices, for the paste-back."""
+
+    affines: tuple[Affine, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.affines)
 
 
 def _dims_match(spec: TensorSpec, dims: tuple[int, ...]) -> bool:
@@ -52,7 +68,7 @@ class InSwapper:
         self.runtime = runtime
         self.emap: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
         self.batch: int | None = 1  # None when the export takes any batch size
-        self._dtypes: dict[str, type[np.floating]] = {TARGET: np.float32, SOURCE: np.float32}
+        self._dtypes: dict[str, type[np.floating]] = {TARGET: np.float32, SOURCE: np.float32, OUTPUT: np.float32}
 
     @property
     def calls(self) -> int:
@@ -82,8 +98,9 @@ class InSwapper:
         dynamic = ins[TARGET].shape[0] is None and ins[SOURCE].shape[0] is None
         self.batch = None if dynamic else 1
         # The fp16 export keeps float32 I/O; a pure-fp16 one gets its feeds cast.
-        self._dtypes = {name: np.float16 if ins[name].dtype == "tensor(float16)" else np.float32
-                        for name in (TARGET, SOURCE)}
+        specs = {**ins, **outs}
+        self._dtypes = {name: np.float16 if specs[name].dtype == "tensor(float16)" else np.float32
+                        for name in (TARGET, SOURCE, OUTPUT)}
         log.info("%s: inswapper, batch %s", self.path.name, "dynamic" if self.batch is None else self.batch)
 
     def _read_emap(self) -> npt.NDArray[np.float32]:
@@ -126,11 +143,20 @@ class InSwapper:
     def prepare_crop(self, frame_bgr: ImageBGR,
                      kps5: npt.NDArray[np.floating] | Face) -> tuple[Blob, Affine]:
         """The `target` blob (1, 3, 128, 128), RGB in [0,1], and the frame->crop matrix M."""
+        blob = np.empty((1, 3, CROP_SIZE, CROP_SIZE), np.float32)
+        return blob, self.prepare_crop_into(frame_bgr, kps5, blob[0])
+
+    @staticmethod
+    def prepare_crop_into(frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
+                          row: npt.NDArray[np.floating]) -> Affine:
+        """Write one face's `target` blob into `row` (3, 128, 128) in place; returns M."""
         M = estimate_norm(_as_kps5(kps5), CROP_SIZE, TEMPLATE)
         crop = warp_crop(frame_bgr, M, CROP_SIZE)
-        # cv2.dnn's scaling, as insightface: bit-identical blob.
-        blob = cv2.dnn.blobFromImage(crop, 1.0 / 255.0, (CROP_SIZE, CROP_SIZE), (0.0, 0.0, 0.0), swapRB=True)
-        return blob, M
+        # insightface's cv2.dnn.blobFromImage(crop, 1/255, swapRB=True), without a new array:
+        # a float32 product with float32(1/255) is bit-identical to it for every uint8 value.
+        np.multiply(crop[:, :, ::-1].transpose(2, 0, 1), np.float32(1.0 / 255.0), out=row,
+                    dtype=np.float32, casting="unsafe")
+        return M
 
     def forward_blob(self, blob: Blob, latent: Latent) -> npt.NDArray[np.floating]:
         """Run the model: `output` (N, 3, 128, 128) for N target blobs and N (or 1) latents."""
@@ -183,11 +209,71 @@ class InSwapper:
             raise ValueError(f"{len(kps5_list)} faces but {len(latents)} latents")
         if not kps5_list:
             return []
-        prepared = [self.prepare_crop(frame_bgr, k) for k in kps5_list]
-        blob = np.concatenate([b for b, _ in prepared])
-        latent = np.concatenate([np.asarray(v, np.float32).reshape(1, -1) for v in latents])
-        crops = self.decode_output(self.forward_blob(blob, latent))
-        return [self.blend_crop(frame_bgr, crop, M) for crop, (_, M) in zip(crops, prepared)]
+        spec = self.batch_spec(len(kps5_list))
+        inputs = {name: np.empty(shape, dtype) for name, (shape, dtype) in spec.inputs.items()}
+        batch = self.prepare_batch(frame_bgr, kps5_list, latents, inputs)
+        return self.finish_batch(frame_bgr, batch, self.forward_batch(batch, inputs, {}))
+
+    # ---- per frame, in three phases (prepare, forward, finish: see engines.protocols.Swapper) ----
+
+    def batch_spec(self, max_faces: int) -> BatchSpec:
+        """Batch buffers for up to `max_faces` faces: target blobs and latents in, output out,
+        in the model's own I/O types."""
+        if not self.runtime.is_open:
+            self.open()
+        rows = max(1, max_faces)
+        crop = (rows, 3, CROP_SIZE, CROP_SIZE)
+        return BatchSpec(inputs={TARGET: (crop, np.dtype(self._dtypes[TARGET])),
+                                 SOURCE: ((rows, LATENT_DIM), np.dtype(self._dtypes[SOURCE]))},
+                         outputs={OUTPUT: (crop, np.dtype(self._dtypes[OUTPUT]))})
+
+    def prepare_batch(self, frame_bgr: ImageBGR, kps5_list: Sequence[npt.NDArray[np.floating] | Face],
+                      latents: Sequence[Latent], inputs: Mapping[str, np.ndarray]) -> InSwapBatch:
+        """Each face's target blob and latent written into row i of `inputs` (the CPU half
+        before the model); the frame is only read."""
+        if len(kps5_list) != len(latents):
+            raise ValueError(f"{len(kps5_list)} faces but {len(latents)} latents")
+        tgt, src = inputs[TARGET], inputs[SOURCE]
+        if len(kps5_list) > min(tgt.shape[0], src.shape[0]):
+            raise ValueError(f"{len(kps5_list)} faces but the batch buffers hold {min(tgt.shape[0], src.shape[0])}")
+        affines = []
+        for i, (kps5, latent) in enumerate(zip(kps5_list, latents)):
+            affines.append(self.prepare_crop_into(frame_bgr, kps5, tgt[i]))
+            src[i] = np.asarray(latent, np.float32).reshape(-1)
+        return InSwapBatch(tuple(affines))
+
+    def forward_batch(self, batch: InSwapBatch, inputs: Mapping[str, np.ndarray],
+                      outputs: Mapping[str, np.ndarray]) -> npt.NDArray[np.floating]:
+        """The model on the prepared rows: one call for the batch (one per face for a batch-1
+        export). The output is written into `outputs[OUTPUT]` where the runtime can write
+        there (engines.bound_outputs), else it is the runtime's own array."""
+        n = batch.count
+        if n == 0:
+            return np.empty((0, 3, CROP_SIZE, CROP_SIZE), np.float32)
+        if not self.runtime.is_open:
+            self.open()
+        tgt, src = inputs[TARGET][:n], inputs[SOURCE][:n]
+        out = outputs[OUTPUT][:n] if OUTPUT in outputs else None
+        if self.batch is None or n == 1:
+            return self._run(tgt, src, out)
+        # The published export is batch-1: one run per face.
+        views = [None if out is None else out[i:i + 1] for i in range(n)]
+        parts = [self._run(tgt[i:i + 1], src[i:i + 1], view) for i, view in enumerate(views)]
+        if out is not None and all(p is v for p, v in zip(parts, views)):
+            return out
+        return np.concatenate(parts)
+
+    def _run(self, tgt: Blob, src: Latent, out: np.ndarray | None) -> npt.NDArray[np.floating]:
+        feeds = {TARGET: tgt, SOURCE: src}
+        if out is not None and isinstance(self.runtime, BindsOutputs):
+            return self.runtime.run_into(feeds, {OUTPUT: out})[OUTPUT]
+        return self.runtime.run(feeds, [OUTPUT])[OUTPUT]
+
+    def finish_batch(self, frame_bgr: ImageBGR, batch: InSwapBatch,
+                     pred: npt.NDArray[np.floating]) -> list[SwapResult | None]:
+        """Decode each face's output and blend it against `frame_bgr` (the CPU half after the model)."""
+        crops = self.decode_output(pred[:batch.count])
+        return [self.blend_crop(frame_bgr, crop, M) for crop, M in zip(crops, batch.affines)]
 
     # ---- paste-back, on the face's region only ----
 

@@ -5,14 +5,15 @@ inswapper.py, fan_landmarker.py); these give them the shapes the tracker and sta
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from engines.arcface import ArcFaceEmbedder
 from engines.face import Box, Face, ImageBGR, Landmarks68, SwapResult
 from engines.frame_views import FrameViews
-from engines.inswapper import InSwapper
+from engines.inswapper import InSwapBatch, InSwapper
+from engines.protocols import BatchSpec
 from engines.scrfd import ScrfdDetector
 
 
@@ -64,6 +65,23 @@ class InSwapperSwapper:
                      sources: Sequence[object]) -> list[SwapResult | None]:
         """All faces of a frame in one model call where the export takes a batch."""
         return self.swapper.forward_many(frame, list(faces), list(sources))  # type: ignore[arg-type]
+
+    def batch_spec(self, max_faces: int) -> BatchSpec:
+        return self.swapper.batch_spec(max_faces)
+
+    def prepare_batch(self, frame: ImageBGR, faces: Sequence[Face], sources: Sequence[object],
+                      inputs: Mapping[str, np.ndarray]) -> InSwapBatch:
+        """The faces' aligned crops and latents, into the batch buffers (CPU)."""
+        return self.swapper.prepare_batch(frame, list(faces), list(sources), inputs)  # type: ignore[arg-type]
+
+    def forward_batch(self, batch: InSwapBatch, inputs: Mapping[str, np.ndarray],
+                      outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """inswapper on the frame's faces: one model call where the export takes a batch."""
+        return self.swapper.forward_batch(batch, inputs, outputs)
+
+    def finish_batch(self, frame: ImageBGR, batch: InSwapBatch, swapped: np.ndarray) -> list[SwapResult | None]:
+        """The swapped crops decoded and blended into copies of their regions (CPU)."""
+        return self.swapper.finish_batch(frame, batch, swapped)
 
     def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
         self.swapper.paste(frame, face, result)

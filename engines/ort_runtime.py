@@ -6,8 +6,9 @@ CUDA, DirectML, CoreML, OpenVINO, CPU). CPU thread counts follow the machine.
 On CUDA and the TensorRT EP, `run` goes through ONNX Runtime's IO binding: inputs are
 bound from host arrays (pinned ones when the pipeline hands the runtime a pinned
 allocator, see `host_buffer`), outputs are bound to device memory that ONNX Runtime
-allocates, and are copied back to the host once the run has finished. The CPU keeps the
-plain `session.run`, which has nothing to gain from a binding.
+allocates, and are copied back to the host once the run has finished; `run_into` binds
+them to the caller's host arrays instead (a ring slot's). The CPU keeps the plain
+`session.run`, which has nothing to gain from a binding.
 """
 from __future__ import annotations
 
@@ -188,6 +189,31 @@ class OrtRuntime:
             raise EngineError(f"model file {str(self.path)!r}: IO binding returned {len(values)} outputs "
                               f"for {len(names)} bound ({', '.join(names)})")
         return dict(zip(names, values))
+
+    def run_into(self, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Named inputs in, each output written into the given host array (engines.bound_outputs).
+
+        Through the IO binding (CUDA, the TensorRT EP, or `io_binding` on), each output is
+        bound to its array, so ONNX Runtime's device->host copy lands there (in page-locked
+        memory when the arrays come from the pipeline's pinned allocator). The plain CPU
+        path gains nothing from a binding: it returns ONNX Runtime's own arrays.
+        """
+        if self.session is None:
+            self.open()
+        names = list(outputs)
+        if self.binding_device is None:
+            return self.run(feeds, names)
+        self.calls += 1
+        binding = self.session.io_binding()
+        held = [(name, np.ascontiguousarray(value)) for name, value in feeds.items()]
+        for name, value in held:
+            binding.bind_cpu_input(name, value)
+        for name, out in outputs.items():
+            if not out.flags.c_contiguous:
+                raise ValueError(f"output {name!r}: the array to write into must be C-contiguous")
+            binding.bind_output(name, "cpu", 0, out.dtype, list(out.shape), out.ctypes.data)
+        self.session.run_with_iobinding(binding)
+        return dict(outputs)
 
     def host_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type = np.float32) -> np.ndarray:
         """A reusable host array for input `name`: write a blob into it and pass it to `run`.

@@ -1,7 +1,8 @@
 """The small protocols through which the pipeline uses engines: one per model kind."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -62,7 +63,27 @@ class Embedder(Protocol):
         ...
 
 
+BufferSpec = Mapping[str, tuple[tuple[int, ...], np.dtype]]  # name -> (shape, dtype)
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """The host buffers one frame's batch of faces needs, allocated once per ring slot by the
+    pipeline (pinned memory on CUDA): `inputs` are written by `prepare_batch` and read by
+    `forward_batch`; `outputs` are where `forward_batch` lands the model's output when its
+    runtime can write there. Empty for a swapper with nothing to stage."""
+
+    inputs: BufferSpec = field(default_factory=dict)
+    outputs: BufferSpec = field(default_factory=dict)
+
+
 class Swapper(Protocol):
+    """A frame's faces go through three phases, each on its own pipeline thread, so frame N's
+    model call overlaps frame N+1's crops and frame N-1's paste-back:
+    `prepare_batch` (CPU: the crops, into the slot's input buffers), `forward_batch` (the
+    model, one call for the frame's faces where it batches), `finish_batch` (CPU: decode and
+    blend). `forward`/`forward_many` do all three at once for one frame."""
+
     name: str
     @property
     def calls(self) -> int:
@@ -87,6 +108,29 @@ class Swapper(Protocol):
     def forward_many(self, frame: ImageBGR, faces: Sequence[Face],
                      sources: Sequence[Any]) -> list[SwapResult | None]:
         """`forward` for each face of one frame, in one model call where the model batches."""
+        ...
+
+    def batch_spec(self, max_faces: int) -> BatchSpec:
+        """The buffers a batch of up to `max_faces` faces needs (call after `open()`)."""
+        ...
+
+    def prepare_batch(self, frame: ImageBGR, faces: Sequence[Face], sources: Sequence[Any],
+                      inputs: Mapping[str, np.ndarray]) -> Any:
+        """CPU work before the model: write the faces' model inputs into `inputs` (buffers
+        made from `batch_spec(...).inputs`) and return what the later phases need (the
+        swapper's own type, holding no reference to `inputs`)."""
+        ...
+
+    def forward_batch(self, batch: Any, inputs: Mapping[str, np.ndarray],
+                      outputs: Mapping[str, np.ndarray]) -> Any:
+        """The model on a prepared batch: one call for all its faces where the model batches.
+        The result may live in `outputs`, never in `inputs` (their slot is reused as soon as
+        this returns)."""
+        ...
+
+    def finish_batch(self, frame: ImageBGR, batch: Any, swapped: Any) -> list[SwapResult | None]:
+        """CPU work after the model: each face's result (as `forward_many` gives), blended
+        against `frame` as it was when the batch was prepared."""
         ...
 
 

@@ -1,5 +1,10 @@
 """One pipeline assembled: rings sized and named, the stages built on the job's models,
-and named handles to the parts a run steers (the tracker, the swap stage's faces)."""
+and named handles to the parts a run steers (the tracker, the source faces).
+
+Ring A holds the frames; ring B's slots hold a frame's batch of swapper inputs (made by the
+analyse stage) and ring C's the swapper's outputs (read by the composite stage), all from
+the run's allocator: page-locked memory on CUDA, which the swap stage's runtime copies to
+and from the device directly."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -32,6 +37,7 @@ class Pipeline:
 
     runner: Runner
     tracker: Tracker
+    analyse: AnalyseWorker
     swap: SwapWorker
     composite: CompositeWorker
 
@@ -44,9 +50,9 @@ class Pipeline:
         return self.runner.rings
 
     def use_faces(self, prepared: Sequence[object]) -> None:
-        """Swap in these prepared source faces from the next frame on (any thread: the swap
-        stage reads its list once per frame)."""
-        self.swap.sources = list(prepared)
+        """Swap in these prepared source faces from the next frame on (any thread: the analyse
+        stage, which prepares each frame's faces, reads its list once per frame)."""
+        self.analyse.sources = list(prepared)
 
     def stop(self, why: str) -> None:
         self.runner.stop(why)
@@ -77,8 +83,8 @@ def assemble(config: Config, engines: EngineSet, faces: Sequence[object], refere
     tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, config.detect, config.track,
                       background=live and config.detect.background)
     selector = Selector(config.select, references, engines.embedder, config.pipeline.max_faces)
-    analyse = AnalyseWorker(tracker, selector)
-    swap = SwapWorker(engines.swapper, faces, enhancer)
+    analyse = AnalyseWorker(tracker, selector, engines.swapper, faces)
+    swap = SwapWorker(engines.swapper, enhancer)
     composite = CompositeWorker(engines.swapper, metrics, enhancer)
     workers: list[Worker] = [analyse, swap, composite]
     depth = config.pipeline.live_ring_depth if live else config.pipeline.ring_depth
@@ -89,6 +95,10 @@ def assemble(config: Config, engines: EngineSet, faces: Sequence[object], refere
                      max_ready=depth, allocator=allocator)
     else:
         entry = Ring("A", slots, {"image": ((h, w, 3), np.uint8)}, policy=Policy.BLOCK, allocator=allocator)
-    rings = [entry] + [Ring(name, depth, policy=Policy.BLOCK) for name in ("B", "C", "D")]
+    batch = engines.swapper.batch_spec(config.pipeline.max_faces)  # the selector's cap per frame
+    rings = [entry,
+             Ring("B", depth, batch.inputs, policy=Policy.BLOCK, allocator=allocator),
+             Ring("C", depth, batch.outputs, policy=Policy.BLOCK, allocator=allocator),
+             Ring("D", depth, policy=Policy.BLOCK)]
     runner = Runner(source, workers, sink, rings, metrics, on_frame)
-    return Pipeline(runner, tracker, swap, composite)
+    return Pipeline(runner, tracker, analyse, swap, composite)

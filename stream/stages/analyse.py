@@ -1,22 +1,31 @@
-"""The analyse stage: tracking (detection when due, landmarks every frame), selection."""
+"""The analyse stage: tracking (detection when due, landmarks every frame), selection, and
+the CPU work before the swap model: each chosen face's crop, into ring B's batch buffers."""
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
 from engines.frame_views import FrameViews
+from engines.protocols import Swapper
 from stream.analysis.selection import Selector
 from stream.analysis.tracklets import Tracker
 from stream.runtime.slot import Slot
+from stream.stages.records import PreparedFaces
 
 
 class AnalyseWorker:
-    """Fills `out.payload` with the frame's targets: a tuple of `Target`."""
+    """Fills `out.payload` with the frame's faces to swap (`PreparedFaces`) and `out`'s
+    buffers with their model inputs (the swapper's `prepare_batch`)."""
 
     name = "analyse"
 
-    def __init__(self, tracker: Tracker, selector: Selector, default_fps: float = 30.0) -> None:
+    def __init__(self, tracker: Tracker, selector: Selector, swapper: Swapper, sources: Sequence[object],
+                 default_fps: float = 30.0) -> None:
         self.tracker = tracker
         self.selector = selector
+        self.swapper = swapper
+        self.sources = list(sources)  # prepared source faces; replaced whole by `Pipeline.use_faces`
         self.default_fps = default_fps
         self._gray: np.ndarray | None = None  # reused grey frame
 
@@ -30,7 +39,11 @@ class AnalyseWorker:
         else:
             t = item.seq / self.default_fps
         tracks = self.tracker.update(frame, item.seq, t)
-        out.payload = tuple(self.selector.choose(tracks, self.tracker, image, item.seq))
+        targets = self.selector.choose(tracks, self.tracker, image, item.seq)
+        sources = self.sources  # read once: another thread may hand the stage new faces
+        faces = tuple(t.face for t in targets)
+        batch = self.swapper.prepare_batch(image, faces, [sources[t.source] for t in targets], out.buffers)
+        out.payload = PreparedFaces(faces, batch)
 
     def close(self) -> None:
         self.tracker.close()

@@ -1,13 +1,16 @@
-"""The composite stage: each swapped face blended back into its frame, region by region."""
+"""The composite stage: the CPU work after the swap model (decode and blend of each face),
+then each result pasted back into its frame, region by region."""
 from __future__ import annotations
 
 from engines.protocols import Enhancer, Swapper
 from stream.runtime.metrics import Metrics
 from stream.runtime.slot import Slot
+from stream.stages.records import SwappedFaces
 
 
 class CompositeWorker:
-    """Pastes the swap results of `item.payload` into the frame, in place."""
+    """Finishes the swap stage's output (`SwappedFaces`) with the swapper's `finish_batch`
+    and pastes the results into the frame, in place."""
 
     name = "composite"
 
@@ -19,9 +22,16 @@ class CompositeWorker:
 
     def process(self, item: Slot, out: Slot) -> None:
         image = item.image
-        for face, result in item.payload:
+        swapped: SwappedFaces = item.payload
+        pairs = swapped.results
+        if pairs is None:
+            # Every result is blended against the frame before any is pasted (as forward_many):
+            # where two regions overlap, the face pasted last wins.
+            found = self.swapper.finish_batch(image, swapped.batch, swapped.output)
+            pairs = tuple((face, res) for face, res in zip(swapped.faces, found) if res is not None)
+        for face, result in pairs:
             self.paster.paste(image, face, result)
-        n = len(item.payload)
+        n = len(pairs)
         self.metrics.faces_swapped += n
         self.metrics.frames_with_faces += 1 if n else 0
         out.payload = n

@@ -1,45 +1,45 @@
-"""The swap stage: the swapper model, run on each target face of the frame."""
+"""The swap stage: the swapper's model on the frame's faces, one batch per frame (and the
+enhancer, when there is one). The crops were made by the analyse stage; the paste-back is
+the composite stage's, so this stage's model call overlaps their CPU work."""
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from engines.protocols import Enhancer, Swapper
 from stream.runtime.slot import Slot
+from stream.stages.records import PreparedFaces, SwappedFaces
 
 
 class SwapWorker:
-    """Turns the frame's targets into `(face, SwapResult)` pairs in `out.payload`.
+    """Runs the swapper's `forward_batch` on ring B's prepared faces (their inputs in the
+    slot's buffers), its output into ring C's slot buffers where the runtime writes there.
 
-    With an enhancer, each swapped face is written into the frame here (the frame is this
-    stage's alone until it is published) and the enhancer's result is what the composite
-    stage pastes: the heavy models all run in this stage.
+    With an enhancer, the swap is finished here and each swapped face written into the frame
+    (the frame is this stage's alone until it is published), so the enhancer reads it; the
+    enhancer's results are what the composite stage pastes: the heavy models all run in
+    this stage.
     """
 
     name = "swap"
 
-    def __init__(self, swapper: Swapper, sources: Sequence[object], enhancer: Enhancer | None = None) -> None:
+    def __init__(self, swapper: Swapper, enhancer: Enhancer | None = None) -> None:
         self.swapper = swapper
-        self.sources = list(sources)
         self.enhancer = enhancer
 
     def process(self, item: Slot, out: Slot) -> None:
+        prepared: PreparedFaces = item.payload
+        output = self.swapper.forward_batch(prepared.batch, item.buffers, out.buffers)
+        if self.enhancer is None:
+            out.payload = SwappedFaces(prepared.faces, prepared.batch, output)
+            return
         image = item.image
-        targets = item.payload
-        sources = self.sources  # read once: another thread may hand the stage new faces
-        if len(targets) > 1:  # one model call for the frame's faces where the swapper batches
-            found = self.swapper.forward_many(image, [t.face for t in targets], [sources[t.source] for t in targets])
-        else:
-            found = [self.swapper.forward(image, t.face, sources[t.source]) for t in targets]
-        pairs = [(t.face, res) for t, res in zip(targets, found) if res is not None]
-        if self.enhancer is not None:
-            enhanced = []
-            for face, res in pairs:
-                self.swapper.paste(image, face, res)
-                better = self.enhancer.forward(image, face)
-                if better is not None:
-                    enhanced.append((face, better))
-            pairs = enhanced
-        out.payload = tuple(pairs)
+        found = self.swapper.finish_batch(image, prepared.batch, output)
+        pairs = [(face, res) for face, res in zip(prepared.faces, found) if res is not None]
+        enhanced = []
+        for face, res in pairs:
+            self.swapper.paste(image, face, res)
+            better = self.enhancer.forward(image, face)
+            if better is not None:
+                enhanced.append((face, better))
+        out.payload = SwappedFaces(prepared.faces, prepared.batch, results=tuple(enhanced))
 
     def close(self) -> None:
         pass
