@@ -31,7 +31,7 @@ class FanLandmarker:
         self.calls = 0
         self.last_scores: list[float] = []  # confidence of each face of the last call
         self._input = "input"
-        self._blob = np.empty((1, 3, CROP, CROP), np.float32)  # reused input buffer
+        self._blob: npt.NDArray[np.float32] | None = None  # reused input buffer, the runtime's
 
     def open(self) -> None:
         self.runtime.open()
@@ -43,6 +43,7 @@ class FanLandmarker:
             raise EngineError(f"model file {str(self.runtime.path)!r} is not a 2dfan4 landmarker: expected "
                               f"input [1,3,256,256] and outputs [1,68,3], [1,68,64,64]; found {found}")
         self._input = ins[0].name
+        self._blob = None  # taken from the runtime again, under the input's own name
 
     def prepare_crop(self, image: ImageBGR, box: Box) -> npt.NDArray[np.float64]:
         """Fill the input blob with the face crop; returns the 2x3 frame->crop affine."""
@@ -54,8 +55,15 @@ class FanLandmarker:
         crop = cv2.warpAffine(image, m, (CROP, CROP), flags=cv2.INTER_LINEAR,
                               borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0))
         rgb = crop[:, :, ::-1].transpose(2, 0, 1)
-        np.multiply(rgb, 1.0 / 255.0, out=self._blob[0], casting="unsafe")
+        np.multiply(rgb, 1.0 / 255.0, out=self.input_blob()[0], casting="unsafe")
         return m
+
+    def input_blob(self) -> npt.NDArray[np.float32]:
+        """The reused input buffer, from the runtime's allocator (page-locked memory when
+        the pipeline runs on CUDA)."""
+        if self._blob is None:
+            self._blob = self.runtime.host_buffer(self._input, (1, 3, CROP, CROP), np.float32)
+        return self._blob
 
     def decode_landmarks(self, points: np.ndarray, m: npt.NDArray[np.float64]) -> Landmarks68:
         """Grid points -> crop pixels -> frame pixels (inverse of the crop affine)."""
@@ -66,7 +74,7 @@ class FanLandmarker:
     def forward(self, frame: FrameViews | ImageBGR, box: Box) -> Landmarks68:
         image = frame.bgr if isinstance(frame, FrameViews) else frame
         m = self.prepare_crop(image, box)
-        out = self.runtime.run({self._input: self._blob})
+        out = self.runtime.run({self._input: self.input_blob()})
         points, heatmaps = (out[o.name] for o in self.runtime.outputs[:2])
         self.calls += 1
         self.last_scores = [float(heatmaps[0].reshape(heatmaps.shape[1], -1).max(axis=1).mean())]
@@ -82,3 +90,4 @@ class FanLandmarker:
 
     def close(self) -> None:
         self.runtime.close()
+        self._blob = None

@@ -91,7 +91,8 @@ class ScrfdDetector:
         for stride in STRIDES:
             self.anchor_centres(height // stride, width // stride, stride)
         self._canvas = np.zeros((height, width, 3), np.uint8)
-        self._blob = np.zeros((1, 3, height, width), np.float32)
+        # From the runtime's allocator: page-locked memory when the pipeline runs on CUDA.
+        self._blob = self.runtime.host_buffer(self._input_name, (1, 3, height, width), np.float32)
         log.debug("SCRFD %s: input %s %dx%d, %s outputs", self.runtime.path.name, self._input_name,
                   width, height, "batched" if self._batched else "unbatched")
 
