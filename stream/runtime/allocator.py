@@ -41,13 +41,14 @@ class PinnedAllocator:
         import cupy  # noqa: F401  (imported here: optional dependency)
 
         self._cupy = cupy
-        self._blocks: list[object] = []  # keep the pinned blocks alive as long as the arrays
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
         dt = np.dtype(dtype)
         nbytes = max(1, prod(shape) * dt.itemsize)
         block = self._cupy.cuda.alloc_pinned_memory(nbytes)
-        self._blocks.append(block)
+        # The array holds the block (numpy keeps the buffer's owner), so the block goes back
+        # to cupy's pinned pool with the last array on it: a server's pipelines come and go,
+        # and the allocator must not keep every ring they ever had.
         return np.frombuffer(block, dtype=dt, count=prod(shape)).reshape(shape)
 
 
