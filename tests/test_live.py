@@ -3,6 +3,7 @@ through pyvirtualcam's backend registry (this machine has no v4l2loopback), --re
 the errors a user meets, adaptive detection cadence and stopping."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -84,8 +85,12 @@ def test_webcam_to_virtual_camera_with_record(camera_clip: Path, source_photo: P
     # The summary and the status line are there; the recording holds what was sent.
     assert "live:" in out.out and "frames in" in out.out
     assert "latency" in out.err and "fps" in out.err
+    # The recording holds what was sent, at the clip's constant rate: frame times the run
+    # dropped hold the picture before, a second frame in one frame time is left out.
     rec = probe(record)
-    assert rec["frames"] == len(cam.frames)
+    grid = re.search(r"(\d+) frame time\(s\) held the picture before .*, (\d+) frame\(s\) left out", out.out)
+    repeated, left_out = (int(grid.group(1)), int(grid.group(2))) if grid else (0, 0)
+    assert rec["frames"] == len(cam.frames) + repeated - left_out, out.out
     # Frames went out swapped: the face moved toward the source identity.
     identity = Identity()
     target = _source_embedding(identity, source_photo)
@@ -115,7 +120,7 @@ def test_missing_loopback_device_says_how_to_get_one(camera_clip: Path, source_p
 
 @pytest.mark.parametrize("spec, message", [
     ("webcam:7", "webcam 7: cannot be opened"),
-    ("rtsp://127.0.0.1:9/none", "cannot connect within 2 s"),
+    ("rtsp://127.0.0.1:9/none", "connection refused (no server listens on that port)"),
     ("nothing-here.mp4", "not webcam:N, rtsp://..., or an existing video file"),
 ])
 def test_bad_live_inputs_are_one_line_errors(spec: str, message: str, source_photo: Path,
@@ -175,7 +180,7 @@ def test_a_slow_sink_drops_old_frames_instead_of_queueing(live_job: SwapJob, cam
     result = run_live(live_job, source, FanoutSink([sink]), "slow")
     rep = result.report
     assert sink.closed
-    assert rep["frames_in"] == 60
+    assert rep["frames_in"] + rep["input"].get("skipped", 0) == 60  # (a stalled reader skips)
     assert rep["frames"] == sink.frames < 40
     assert rep["drops"] >= rep["frames_in"] - rep["frames"] - 1  # every frame not shown was dropped
     assert sink.seqs == sorted(sink.seqs) and len(set(sink.seqs)) == len(sink.seqs)

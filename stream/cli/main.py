@@ -32,8 +32,10 @@ log = logging.getLogger("facestream")
 class StopOnCtrlC:
     """In a live run Ctrl-C is how a user ends it: the first one stops the pipeline cleanly
     (summary, exit 0), a second one interrupts at once. SIGTERM and SIGHUP (a service
-    manager, a dropped SSH session) stop it the same way. Outside the main thread, or
-    before the pipeline exists, they interrupt as usual."""
+    manager, a dropped SSH session) stop it the same way; repeated while the run is
+    stopping they are ignored, so the output is finalised. Before the pipeline exists they
+    interrupt (KeyboardInterrupt, Terminated) so that loading ends at once; outside the
+    main thread nothing is changed."""
 
     SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 
@@ -46,8 +48,12 @@ class StopOnCtrlC:
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         pipeline = self.pipeline
-        if pipeline is None or pipeline.runner.stopped:
+        if pipeline is None:
             raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+        if pipeline.runner.stopped:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
         pipeline.stop("stopped by Ctrl-C" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}")
 
     def __enter__(self) -> StopOnCtrlC:
@@ -79,11 +85,14 @@ def cmd_swap(args: argparse.Namespace) -> int:
 
 
 def cmd_live(args: argparse.Namespace) -> int:
+    from stream.cli.progress import StatusBoard
     from stream.job.runs import open_live, run_live
-    from stream.job.status import format_status
+    from stream.job.status import format_live_summary, format_status
+    from stream.media.close import close_quietly
     from stream.sinks.fanout import FanoutSink
     from stream.sinks.file import FileSink
     from stream.sinks.open import open_sink, record_sink
+    from stream.sources.capture import WebcamSource
     from stream.sources.open import open_source
 
     config = config_from_args(args)
@@ -95,47 +104,59 @@ def cmd_live(args: argparse.Namespace) -> int:
         width, height = int(w), int(h)
     if args.record and args.output == args.record:
         raise CliError(f"--record {args.record!r} is also the --output")
-    job = job_for(config, args.source)
-    job.open()
+    board = StatusBoard(sys.stderr)
+    # Signals are ours from here on: before the pipeline runs, a stop interrupts the loading
+    # and whatever was opened is closed again (an output file holding no frame is removed);
+    # once it runs, a stop ends it cleanly.
+    with StopOnCtrlC() as ctrl_c:
+        job = job_for(config, args.source)
+        job.open()
+        source = open_source(args.input, width, height, args.fps, open_timeout=args.open_timeout)
+        made: list[FanoutSink] = []  # held here from the moment it exists, to be closed below
 
-    def sinks_for(info: VideoInfo) -> FanoutSink:
-        sinks = [open_sink(args.output, info, config, args.vcam_backend, args.vcam_device)]
+        def sinks_for(info: VideoInfo) -> FanoutSink:
+            # A clip standing in for a camera has a sound track: recordings keep it, in step.
+            audio = source.audio_from if isinstance(source, WebcamSource) else None
+            sinks = [open_sink(args.output, info, config, args.vcam_backend, args.vcam_device, audio_from=audio)]
+            if args.record:
+                sinks.append(record_sink(args.record, info, config, audio_from=audio))
+            made.append(FanoutSink(sinks))
+            return made[-1]
+
+        try:
+            info, live_sink = open_live(source, sinks_for)
+            for note in job.notes:
+                print(f"note: {note}")
+            job.notes.clear()
+            print(f"live: {source.name} {info.width}x{info.height} -> {live_sink.name} (Ctrl-C to stop)",
+                  file=sys.stderr)
+
+            def status(figures: dict[str, Any]) -> None:
+                board.show(format_status(figures))
+
+            with board.carrying_logs():
+                try:
+                    result = run_live(job, source, live_sink, args.output,
+                                      status=None if args.quiet else status,
+                                      duration=args.duration, on_start=ctrl_c.watch)
+                finally:
+                    board.end()
+        finally:
+            # run_live closes both; an interrupt before it started them must too.
+            files = [sink for fan in made for sink in fan.sinks if isinstance(sink, FileSink)]
+            for fan in made:
+                close_quietly(fan)
+            close_quietly(source)
+            kept = [sink for sink in files if sink.kept is not None]
+            if kept:
+                args.written.path, args.written.frames = kept[-1].kept, kept[-1].frames_written
+        for sink in files:
+            result.notes.extend(f"{sink.path}: {note}" for note in sink.notes)
+        summarise(result, args.quiet, args.stats_json)
+        if not args.quiet:
+            print(format_live_summary(result.report))
         if args.record:
-            sinks.append(record_sink(args.record, info, config))
-        return FanoutSink(sinks)
-
-    source = open_source(args.input, width, height, args.fps, open_timeout=args.open_timeout)
-    info, live_sink = open_live(source, sinks_for)
-    for note in job.notes:
-        print(f"note: {note}")
-    job.notes.clear()
-    print(f"live: {source.name} {info.width}x{info.height} -> {live_sink.name} (Ctrl-C to stop)",
-          file=sys.stderr)
-
-    def status(figures: dict[str, Any]) -> None:
-        print(f"\r{format_status(figures)}   ", end="", file=sys.stderr, flush=True)
-
-    files = [sink for sink in getattr(live_sink, "sinks", []) if isinstance(sink, FileSink)]
-    try:
-        with StopOnCtrlC() as ctrl_c:
-            result = run_live(job, source, live_sink, args.output, status=None if args.quiet else status,
-                              duration=args.duration, on_start=ctrl_c.watch)
-    finally:
-        kept = [sink for sink in files if sink.kept is not None]
-        if kept:
-            args.written.path, args.written.frames = kept[-1].kept, kept[-1].frames_written
-    if not args.quiet:
-        print(file=sys.stderr)
-    summarise(result, args.quiet, args.stats_json)
-    if not args.quiet:
-        live = result.report["live"]
-        inp = result.report["input"]
-        print(f"live: {result.report['frames_in']} frames in, {result.report['frames']} out, "
-              f"{result.report['drops']} dropped; input measured at {inp.get('measured_fps', 0):.1f} fps; "
-              f"detection every {live['detect_every_base']}-{live['detect_every_max']} frames"
-              + (f"; {live['stopped']}" if live["stopped"] else ""))
-    if args.record:
-        print(f"recorded {args.record}")
+            print(f"recorded {args.record}")
     return 0
 
 

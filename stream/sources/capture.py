@@ -18,6 +18,10 @@ from stream.runtime.slot import Slot
 
 log = logging.getLogger(__name__)
 
+# A clip played as a camera skips to the frame due now once its reader is this many frame
+# times late (jitter of a loaded machine stays below it; a stalled reader does not).
+SKIP_AFTER_FRAMES = 1.5
+
 
 def _fit(picture: np.ndarray, image: np.ndarray) -> None:
     """Copy `picture` into the slot picture, resizing when the stream changed size."""
@@ -55,7 +59,7 @@ class WebcamSource:
 
     A video file given as the device plays at its own frame rate, as a camera would (for
     trying a setup without a camera): frame k is due k frame times after the first, and a
-    reader late by half a frame time or more gets the frame due now, the ones it missed skipped
+    reader late by more than a frame and a half gets the frame due now, the ones it missed skipped
     (`skipped`), as a camera's driver drops what nobody read; frames never come in a burst,
     and the picture stays in step with the clip's sound (`audio_from`).
 
@@ -163,13 +167,15 @@ class WebcamSource:
         """A clip: skip the frames whose time has passed, wait for the next one's. False
         when the clip ended or the source was closed meanwhile."""
         assert self._cap is not None and self._pace is not None
-        # Late by half a frame time or more: the frame due now is the next one (so that two
-        # frames never come less than half a frame time apart). Skipping takes time too
-        # (each frame is decoded): look again after it, a few times at most.
+        # Late by more than a frame and a half (a camera's driver holds a frame or two for
+        # a slow reader, then drops): the frame due now is the next one, so frames never
+        # come in a burst. Skipping takes time too (each frame is decoded): look again
+        # after it, a few times at most.
         for _ in range(3):
-            late = int((time.monotonic() - self._next_due) / self._pace + 0.5)
-            if late <= 0:
+            behind = (time.monotonic() - self._next_due) / self._pace
+            if behind < SKIP_AFTER_FRAMES:
                 break
+            late = int(behind + 0.5)
             for _ in range(late):
                 if self._stop.is_set() or not self._cap.grab():
                     return False
