@@ -163,51 +163,68 @@ def cmd_live(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from stream.server.app import FaceServer, start_server
+    from stream.server.ice import ice_addresses_for
+    from stream.server.listen import bind_socket
 
     if args.max_peers < 1:
         raise CliError(f"--max-peers {args.max_peers}: must be at least 1")
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port {args.port}: not a port number")
+    if args.max_upload_pixels < 1:
+        raise CliError(f"--max-upload-pixels {args.max_upload_pixels}: must be at least 1")
+    try:
+        ice_addresses = ice_addresses_for(args.host, args.ice_host)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     config = config_from_args(args)
-    sources = list(args.source)
-    if not sources:
-        try:
-            sources = [demo_face()]
-        except DemoUnavailable as exc:
-            raise CliError(f"give --source PHOTO (no --source given, and {exc})") from exc
-        print(f"note: no --source given: offering the demo face ({sources[0]}); upload your own on the page")
-    job = SwapJob(config, sources)
-    job.open()
-    job.share()
+    sock = bind_socket(args.host, args.port)  # a busy port is said before aiortc and the models load
+    _stop_on_termination()  # while the models load; the server's loop takes the signals after
+    try:
+        from stream.server.app import FaceServer, start_server
+
+        sources = list(args.source)
+        if not sources:
+            try:
+                sources = [demo_face()]
+            except DemoUnavailable as exc:
+                raise CliError(f"give --source PHOTO (no --source given, and {exc})") from exc
+            print(f"note: no --source given: offering the demo face ({sources[0]}); upload your own on the page")
+        job = SwapJob(config, sources)
+        job.open()
+        job.share()
+    except BaseException:
+        sock.close()
+        raise
     for note in job.notes:
         print(f"note: {note}")
+    job.notes.clear()
 
     def say(line: str) -> None:
         if not args.quiet:
             print(line, flush=True)
 
-    server = FaceServer(job, max_peers=args.max_peers, codec=args.codec, say=say)
+    server = FaceServer(job, max_peers=args.max_peers, codec=args.codec, say=say, ice_addresses=ice_addresses,
+                        share_uploads=args.share_uploads, max_upload_pixels=args.max_upload_pixels)
     server.add_job_faces()
+    stops = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 
     async def run() -> None:
-        import signal
-
-        runner, url = await start_server(server, args.host, args.port)
+        runner, url = await start_server(server, args.host, args.port, sock=sock)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in stops:  # Ctrl-C, SIGTERM and SIGHUP all stop the same way
             loop.add_signal_handler(sig, stop.set)
+        where = "every interface" if ice_addresses is None else ", ".join(ice_addresses)
         print(f"serving {url} (engine {job.models.name}, up to "
-              f"{args.max_peers} peers; Ctrl-C to stop)", flush=True)
+              f"{args.max_peers} peers, ICE on {where}; Ctrl-C to stop)", flush=True)
         try:
             await stop.wait()
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
             open_peers = len(server.sessions)
             await server.close()
             await runner.cleanup()
+            for sig in stops:
+                loop.remove_signal_handler(sig)
             print(f"\nstopped: {server.sessions_started} peer session(s) served"
                   + (f", {open_peers} closed at exit" if open_peers else ""), flush=True)
 
