@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--fps", type=float, help="webcam: ask for this frame rate")
     live.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this many seconds")
     live.add_argument("--open-timeout", type=float, default=10.0, metavar="SECONDS",
-                      help="rtsp: give up connecting after this long (default 10)")
+                      help="rtsp: give up on a server that does not answer after this long (default 10); "
+                           "a refused connection or an unknown path (404) fails at once")
     live.add_argument("--vcam-device", metavar="DEVICE", help="virtual camera device (e.g. /dev/video10)")
     live.add_argument("--vcam-backend", metavar="NAME", help="pyvirtualcam backend (default: the platform's)")
     _add_run_options(live)

@@ -13,9 +13,11 @@ LIVE_PRESETS = ("ultrafast", "superfast", "veryfast")
 
 
 def open_sink(spec: str, info: VideoInfo, cfg: Config, vcam_backend: str | None = None,
-              vcam_device: str | None = None, audio_from: str | os.PathLike[str] | None = None) -> LiveSink:
+              vcam_device: str | None = None, audio_from: str | os.PathLike[str] | None = None,
+              open_timeout: float = 10.0) -> LiveSink:
     """The live sink `spec` names (not opened yet): a file for anything not named otherwise
-    (with the sound of `audio_from`, when given, see `record_sink`)."""
+    (with the sound of `audio_from`, when given, see `record_sink`). `open_timeout`: how long
+    an rtsp:// output's server may stay silent before opening fails."""
     fps = float(info.rate) if info.rate > 0 else 30.0
     if spec == "vcam":
         from stream.sinks.vcam import VirtualCameraSink
@@ -28,7 +30,8 @@ def open_sink(spec: str, info: VideoInfo, cfg: Config, vcam_backend: str | None 
     if spec.startswith(("rtsp://", "rtsps://")):
         from stream.sinks.rtsp import RtspSink
 
-        return RtspSink(spec, info.width, info.height, fps, cfg.encode, preset=live_preset(cfg))
+        return RtspSink(spec, info.width, info.height, fps, cfg.encode, preset=live_preset(cfg),
+                        open_timeout=open_timeout)
     return record_sink(spec, info, cfg, audio_from=audio_from)
 
 

@@ -1,7 +1,11 @@
-"""An RTSP push as a live sink: libx264 with zero latency, riding out a server that goes away."""
+"""An RTSP push as a live sink: libx264 with zero latency, published from a writer thread so
+that a slow, stalled or vanished server never holds up the pipeline."""
 from __future__ import annotations
 
+import base64
 import logging
+import queue
+import threading
 import time
 from fractions import Fraction
 
@@ -13,124 +17,297 @@ from stream.media.backoff import backoff_delay
 from stream.media.clock import VIDEO_TIME_BASE
 from stream.media.close import close_quietly
 from stream.media.convert import YuvFramer
+from stream.media.interruptible import Cancelled
+from stream.media.rtsp import RtspRefused, redacted
 from stream.runtime.slot import Slot
+from stream.sinks.protocol import SinkStats
+from stream.sinks.rtsp_session import PublishSession, RtspLost
 
 log = logging.getLogger(__name__)
 
+QUEUE_FRAMES = 8  # about a quarter of a second at 30 fps: rides out a slow send, not a stall
+RTP_PACKET = 1400  # bytes: what the server forwards over UDP to its readers must fit a datagram
+CLOSE_GRACE_S = 2.0  # close() lets frames already queued go out for this long
+
 
 class RtspSink:
-    """Pushes H.264 to an RTSP server (ANNOUNCE/RECORD over TCP): libx264 with
-    `tune=zerolatency`, no B-frames, a keyframe at least every 2 s, timestamps from the
-    frames' capture clock, one slice per frame (zerolatency's sliced threads cut each
-    frame into slices, which not every server relays intact: through GStreamer's RTSP
-    server the first slices of each frame were lost; one encoder thread adds no delay).
+    """Pushes H.264 to an RTSP server (ANNOUNCE/RECORD, RTP interleaved over TCP): libx264
+    with `tune=zerolatency`, no B-frames, a keyframe at least every 2 s, SPS/PPS in the SDP
+    and on every keyframe, timestamps from the frames' capture clock, one slice per frame
+    (zerolatency's sliced threads cut each frame into slices, which not every server relays
+    intact: through GStreamer's RTSP server the first slices of each frame were lost; one
+    encoder thread adds no delay).
 
-    If the server goes away mid-run, frames are dropped (and counted) while it retries
-    with backoff; the run goes on. Only the first connection must succeed.
+    `write()` converts the picture and queues it; a writer thread encodes and sends. The
+    first connection must succeed within `open_timeout` (a one-line SinkError otherwise,
+    at once for a refusal or a 404). If the server goes away or stalls (takes no data for
+    `send_timeout` seconds) mid-run, that is one warning line, frames are dropped and
+    counted while the writer reconnects with backoff, and the run goes on. `stats()` gives
+    the frames dropped, the reconnects and the time without a connection.
     """
 
     def __init__(self, url: str, width: int, height: int, fps: float, encode: EncodeConfig,
-                 transport: str = "tcp", preset: str = "veryfast") -> None:
+                 preset: str = "veryfast", open_timeout: float = 10.0, send_timeout: float = 3.0) -> None:
         self.url = url
         self.width, self.height = width, height
         self.fps = fps if fps > 0 else 30.0
         self.encode = encode
-        self.transport = transport
         self.preset = preset
+        self.open_timeout = open_timeout
+        self.send_timeout = send_timeout
         self.frames_written = 0
         self.frames_dropped = 0
         self.reconnects = 0
-        self._output: av.container.OutputContainer | None = None
-        self._video: av.VideoStream | None = None
         self._framer = YuvFramer(width, height)
+        # The writer may hold one frame and the queue the next QUEUE_FRAMES: one more to fill.
+        self._pool = [self._framer.new_frame() for _ in range(QUEUE_FRAMES + 2)]
+        self._next = 0
+        self._queue: queue.Queue[av.VideoFrame] = queue.Queue(QUEUE_FRAMES)
+        self._link: _Link | None = None
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None  # what ended the writer, if not close()
+        self._closing = threading.Event()  # close() called: send what is queued, then end
+        self._stop = threading.Event()  # end now: every wait and send returns
+        self._lock = threading.Lock()  # the figures, written by two threads
+        self._lost_since: float | None = None
+        self._outage_s = 0.0
+        self._dropped_before = 0  # frames dropped up to the last one sent
         self._t0: float | None = None
         self._last_pts = -1
-        self._retry_at = 0.0
-        self._attempt = 0
-        self._lost_since: float | None = None
 
     @property
     def name(self) -> str:
-        return f"rtsp {self.url!r}"
+        return f"rtsp {redacted(self.url)!r}"
 
-    def _connect(self) -> None:
-        output = av.open(self.url, "w", format="rtsp", options={"rtsp_transport": self.transport},
-                         timeout=(5.0, 5.0))
+    # -- the connection ----------------------------------------------------------------
+
+    def _connect(self, timeout: float) -> _Link:
+        packets: list[bytes] = []
+        output = av.open(_Collector(packets), "w", format="rtp",
+                         container_options={"packetsize": str(RTP_PACKET), "payload_type": "96"})
+        session = PublishSession(self.url, self._stop)
         try:
             video = output.add_stream("libx264", rate=Fraction(self.fps).limit_denominator(1001))
             video.width, video.height, video.pix_fmt = self.width, self.height, "yuv420p"
             video.time_base = VIDEO_TIME_BASE
             video.codec_context.time_base = VIDEO_TIME_BASE
+            video.codec_context.flags |= av.codec.context.Flags.global_header  # SPS/PPS for the SDP
             gop = max(1, int(2 * self.fps))  # a keyframe at least every 2 s
             video.options = {"preset": self.preset, "tune": "zerolatency", "bf": "0",
                              "g": str(gop), "keyint_min": str(min(gop, 10)),
-                             "crf": str(self.encode.crf), "forced-idr": "1", "threads": "1"}
-            output.start_encoding()  # ANNOUNCE + RECORD now: an unreachable server fails here
+                             "crf": str(self.encode.crf), "forced-idr": "1", "threads": "1",
+                             "x264-params": "repeat-headers=1"}  # and in band, for late readers
+            output.start_encoding()  # opens the encoder; the rtp muxer writes nothing yet
+            session.start(_media_sdp(bytes(video.codec_context.extradata or b"")), timeout)
         except BaseException:
+            session.close()
             close_quietly(output)
             raise
-        self._output, self._video = output, video
+        return _Link(session, output, video, packets)
 
     def open(self) -> None:
+        """Connect and start publishing (a SinkError within `open_timeout` when the server
+        refuses, is not there or does not answer), then start the writer."""
         if self.width % 2 or self.height % 2:
             raise SinkError(f"{self.name}: H.264 needs an even width and height, got {self.width}x{self.height}")
+        if self._thread is not None:
+            return
         try:
-            self._connect()
-        except (av.FFmpegError, OSError) as exc:
-            raise SinkError(f"{self.name}: cannot publish ({reason_of(exc)})") from exc
+            self._link = self._connect(self.open_timeout)
+        except (RtspRefused, RtspLost) as exc:
+            raise SinkError(f"{self.name}: {exc}") from None
+        except av.FFmpegError as exc:
+            raise SinkError(f"{self.name}: cannot start the encoder ({reason_of(exc)})") from None
+        except ValueError as exc:  # a URL that is not one
+            raise SinkError(f"{self.name}: {exc}") from None
+        except Cancelled:
+            raise SinkError(f"{self.name}: closed while connecting") from None
+        self._thread = threading.Thread(target=self._run, name="fs-rtsp-out", daemon=True)
+        self._thread.start()
 
-    def _drop_connection(self, why: str) -> None:
-        output, self._output, self._video = self._output, None, None
-        if output is not None:
-            close_quietly(output)
-        if self._lost_since is None:
-            self._lost_since = time.monotonic()
-            log.warning("%s: connection lost (%s); retrying", self.name, why)
-        delay = backoff_delay(self._attempt)
-        self._attempt += 1
-        self._retry_at = time.monotonic() + delay
+    # -- the pipeline's side -----------------------------------------------------------
 
     def write(self, slot: Slot) -> None:
-        now = time.monotonic()
-        if self._output is None:
-            if now < self._retry_at:
-                self.frames_dropped += 1
-                return
-            try:
-                self._connect()
-            except (av.FFmpegError, OSError) as exc:
-                self._drop_connection(reason_of(exc))
-                self.frames_dropped += 1
-                return
-            self.reconnects += 1
-            log.warning("%s: publishing again after %.1f s", self.name, now - (self._lost_since or now))
-            self._lost_since, self._attempt = None, 0
-        assert self._video is not None and self._output is not None
+        """Queue the frame for the writer; never waits: while there is no connection, or
+        the queue is full (the server is slow or stalled), the frame is dropped and counted."""
+        if self._failure is not None:
+            raise SinkError(f"{self.name}: the writer failed ({type(self._failure).__name__}: "
+                            f"{self._failure})") from self._failure
         if self._t0 is None:
             self._t0 = slot.capture_time
         pts = max(round((slot.capture_time - self._t0) / VIDEO_TIME_BASE), self._last_pts + 1)
         self._last_pts = pts
-        frame = self._framer(slot.image)
+        if self._link is None or self._closing.is_set() or self._queue.full():
+            self._count_dropped(1)
+            return
+        frame = self._framer.fill(slot.image, self._pool[self._next])
+        self._next = (self._next + 1) % len(self._pool)
         frame.pts = pts
         frame.time_base = VIDEO_TIME_BASE
         try:
-            for packet in self._video.encode(frame):
-                self._output.mux(packet)
-        except (av.FFmpegError, OSError) as exc:
-            self._drop_connection(reason_of(exc))
-            self.frames_dropped += 1
-            return
-        self.frames_written += 1
+            self._queue.put_nowait(frame)
+        except queue.Full:
+            self._count_dropped(1)
+
+    def _count_dropped(self, n: int) -> None:
+        if n:
+            with self._lock:
+                self.frames_dropped += n
+
+    def stats(self) -> SinkStats:
+        with self._lock:
+            outage = self._outage_s
+            if self._lost_since is not None:
+                outage += time.monotonic() - self._lost_since
+            return SinkStats(dropped=self.frames_dropped, reconnects=self.reconnects, outage_s=round(outage, 3))
+
+    # -- the writer thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        """Contract: ends when close() asks (after sending what is queued) or stops it; a
+        lost connection is retried with backoff, never raised; the connection is closed
+        and what is left in the queue is counted as dropped on the way out."""
+        attempt = 0
+        try:
+            while not self._stop.is_set():
+                link = self._link
+                if link is None:
+                    if self._closing.is_set() or self._stop.wait(backoff_delay(attempt)):
+                        break
+                    attempt += 1
+                    if self._reconnect():
+                        attempt = 0
+                    continue
+                try:
+                    frame = self._queue.get(timeout=0.1)
+                except queue.Empty:
+                    if self._closing.is_set():
+                        break
+                    continue
+                started = time.monotonic()
+                try:
+                    link.send(frame, self.send_timeout)
+                except Cancelled:
+                    self._count_dropped(1)
+                    break
+                except (RtspLost, RtspRefused, av.FFmpegError, OSError) as exc:
+                    self._count_dropped(1)
+                    self._lose(link, str(exc), started)
+                    continue
+                with self._lock:
+                    self.frames_written += 1
+                    self._dropped_before = self.frames_dropped
+        except BaseException as exc:  # a bug, not the network: the next write() stops the run with it
+            log.debug("%s: the writer failed", self.name, exc_info=exc)
+            self._failure = exc
+        finally:
+            with self._lock:
+                link, self._link = self._link, None
+                if self._lost_since is not None:
+                    self._outage_s += time.monotonic() - self._lost_since
+                    self._lost_since = None
+            if link is not None:
+                link.close()
+            self._discard_queued()
+
+    def _lose(self, link: _Link, why: str, since: float) -> None:
+        with self._lock:
+            self._link = None
+            self._lost_since = since  # a stall began when the send that timed out did
+        link.close()
+        self._discard_queued()
+        log.warning("%s: %s; reconnecting", self.name, why)
+
+    def _reconnect(self) -> bool:
+        try:
+            link = self._connect(min(self.open_timeout, 5.0))
+        except Cancelled:
+            return False
+        except (RtspRefused, RtspLost, av.FFmpegError, OSError) as exc:
+            log.debug("%s: reconnect failed (%s)", self.name, exc)
+            return False
+        self._discard_queued()  # queued before the reconnect: late now
+        with self._lock:
+            since = self._lost_since or time.monotonic()
+            self._outage_s += time.monotonic() - since
+            self._lost_since = None
+            self.reconnects += 1
+            dropped = self.frames_dropped - self._dropped_before
+            self._link = link
+        log.warning("%s: publishing again after %.1f s (%d frames dropped)", self.name,
+                    time.monotonic() - since, dropped)
+        return True
+
+    def _discard_queued(self) -> None:
+        n = 0
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+            n += 1
+        self._count_dropped(n)
 
     def close(self) -> None:
-        output, self._output = self._output, None
-        if output is None:
+        """Send what is queued (for up to CLOSE_GRACE_S), TEARDOWN and hang up; bounded
+        whatever the server does."""
+        thread = self._thread
+        if thread is None:
+            link, self._link = self._link, None
+            if link is not None:
+                link.close()
             return
-        try:
-            if self._video is not None:
-                for packet in self._video.encode(None):
-                    output.mux(packet)
-        except (av.FFmpegError, OSError):
-            pass
-        finally:
-            close_quietly(output)
+        self._closing.set()
+        if self._link is None:  # nothing to send: no reason to wait for a reconnect
+            self._stop.set()
+        thread.join(CLOSE_GRACE_S)
+        if thread.is_alive():  # a send to a stalled server, or a reconnect under way
+            self._stop.set()
+            link = self._link
+            if link is not None:
+                link.session.abort()
+            thread.join(CLOSE_GRACE_S)
+            if thread.is_alive():
+                log.warning("%s: the writer did not stop", self.name)
+
+
+class _Link:
+    """One working connection: the encoder and rtp muxer, and the session carrying their packets."""
+
+    def __init__(self, session: PublishSession, output: av.container.OutputContainer,
+                 video: av.VideoStream, packets: list[bytes]) -> None:
+        self.session, self.output, self.video, self.packets = session, output, video, packets
+
+    def send(self, frame: av.VideoFrame, timeout: float) -> None:
+        self.packets.clear()
+        for packet in self.video.encode(frame):
+            self.output.mux(packet)
+        self.session.send(self.packets, timeout)
+
+    def close(self) -> None:
+        self.session.close()
+        close_quietly(self.output)
+
+
+class _Collector:
+    """The rtp muxer's output: each write is one RTP or RTCP packet (it flushes after each)."""
+
+    def __init__(self, packets: list[bytes]) -> None:
+        self.packets = packets
+
+    def write(self, data: bytes) -> int:
+        self.packets.append(bytes(data))
+        return len(data)
+
+
+def _media_sdp(extradata: bytes) -> str:
+    """The SDP media section for H.264 from the encoder's Annex B SPS and PPS (RFC 6184)."""
+    nals = [n.rstrip(b"\x00") for n in extradata.split(b"\x00\x00\x01")]
+    sps = next((n for n in nals if n and n[0] & 0x1F == 7), b"")
+    pps = next((n for n in nals if n and n[0] & 0x1F == 8), b"")
+    fmtp = "packetization-mode=1"
+    if sps and pps:
+        sets = ",".join(base64.b64encode(n).decode() for n in (sps, pps))
+        fmtp += f"; sprop-parameter-sets={sets}; profile-level-id={sps[1:4].hex().upper()}"
+    return "\n".join(["m=video 0 RTP/AVP 96", "a=rtpmap:96 H264/90000", f"a=fmtp:96 {fmtp}",
+                      "a=control:streamid=0"])

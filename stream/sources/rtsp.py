@@ -1,33 +1,43 @@
 """An RTSP stream as a live source: PyAV over TCP with low-delay options, reconnecting
-with backoff when the stream drops, stamped by the capture clock."""
+with backoff when the stream drops or goes silent, stamped by the capture clock."""
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from fractions import Fraction
 
 import av
 import numpy as np
 
-from stream.errors import SourceError, reason_of
+from stream.errors import SourceError, StopRequested, reason_of
 from stream.media.backoff import backoff_delay
 from stream.media.clock import VIDEO_TIME_BASE, CaptureClock
 from stream.media.close import close_quietly
 from stream.media.convert import convert_into
+from stream.media.interruptible import Cancelled, wait_for_call
+from stream.media.rtsp import has_credentials, reason_after, redacted, refusal_of
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 
 log = logging.getLogger(__name__)
 
+ATTEMPT_S = 5.0  # one connect waits this long at most: a connect given up on lives no longer
+
+_Opened = tuple["av.container.InputContainer", Iterator["av.VideoFrame"], "av.VideoFrame"]
+
 
 class RtspSource:
     """An RTSP stream pulled with PyAV over TCP, with low-delay options.
 
-    Opening gives up after `open_timeout` seconds with a one-line error. When the stream
-    drops mid-run (server restart, network), it reconnects with backoff (0.5 s doubling to
-    4 s) and says so; after `give_up_after` seconds without a frame it ends with an error.
-    A changed picture size after a reconnect is scaled to the pipeline's size.
+    Opening gives up after `open_timeout` seconds of silence with a one-line error, and at
+    once when the server's answer will not change (a 404, a refused connection). The
+    connect runs in a worker thread, so Ctrl-C and `stop()` end `open()` at once. When the
+    stream drops mid-run (server restart, network) or goes silent for `read_timeout`
+    seconds, it says so in one line and reconnects with backoff (0.5 s doubling to 4 s);
+    after `give_up_after` seconds without a frame it ends with an error. A changed picture
+    size after a reconnect is scaled to the pipeline's size.
     """
 
     def __init__(self, url: str, transport: str = "tcp", open_timeout: float = 10.0,
@@ -40,22 +50,27 @@ class RtspSource:
         self.info: VideoInfo | None = None
         self.clock = CaptureClock()
         self.reconnects = 0
+        self.outage_s = 0.0  # seconds without frames between a loss and its reconnect, in all
         self.wait_s = 0.0  # network waits count as decoding here: a stalled stream shows in decode time
         self._container: av.container.InputContainer | None = None
-        self._frames = None
+        self._frames: Iterator[av.VideoFrame] | None = None
         self._pending: av.VideoFrame | None = None
+        self._last_frame_at = 0.0
+        self._lost_since: float | None = None
+        self._stalled = False
         self._i420: np.ndarray | None = None  # reused for the YUV -> BGR conversion
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
-        return f"rtsp {self.url!r}"
+        return f"rtsp {redacted(self.url)!r}"
 
     def _error(self, what: str) -> SourceError:
         return SourceError(f"{self.name}: {what}")
 
-    def _connect(self, timeout: float) -> None:
+    def _open_container(self, timeout: float) -> _Opened:
+        """Connect, find the video and decode its first frame (in the connect thread)."""
         options = {"rtsp_transport": self.transport, "fflags": "nobuffer", "flags": "low_delay",
                    "max_delay": "0", "analyzeduration": "1000000", "probesize": "500000"}
         container = av.open(self.url, "r", options=options, timeout=(timeout, self.read_timeout))
@@ -65,11 +80,20 @@ class RtspSource:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             stream.codec_context.flags |= av.codec.context.Flags.low_delay
+            frames = container.decode(stream)
+            first = next(frames)
         except BaseException:
-            container.close()
+            close_quietly(container)
             raise
-        self._container = container
-        self._frames = container.decode(stream)
+        return container, frames, first
+
+    def _connect(self, timeout: float) -> None:
+        """Connect within `timeout` seconds, waiting so that Ctrl-C and stop() end it at
+        once (`Cancelled`); a connect given up on is closed when it returns."""
+        container, frames, first = wait_for_call(
+            lambda: self._open_container(timeout), timeout + 1.0, self._stop,
+            discard=lambda opened: close_quietly(opened[0]), name="fs-rtsp-connect")
+        self._container, self._frames, self._pending = container, frames, first
 
     def _disconnect(self) -> None:
         container, self._container, self._frames = self._container, None, None
@@ -77,34 +101,49 @@ class RtspSource:
             close_quietly(container)
 
     def open(self) -> VideoInfo:
-        deadline = time.monotonic() + self.open_timeout
-        last = "no answer"
-        for attempt in range(1000):
-            delay = backoff_delay(attempt)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
+        started = time.monotonic()
+        deadline = started + self.open_timeout
+        silence = f"no answer within {self.open_timeout:g} s"
+        last = silence
+        attempt = 0
+        while (left := deadline - time.monotonic()) > 0.05:
+            tried = time.monotonic()
+            timeout = min(max(left, 0.5), ATTEMPT_S)
             try:
-                self._connect(max(left, 0.5))
-                first = next(self._frames)  # type: ignore[arg-type]
+                self._connect(timeout)
                 break
-            except SourceError:
-                raise
+            except Cancelled:
+                raise StopRequested(f"{self.name}: stopped while connecting") from None
+            except TimeoutError:  # FFmpeg's own timeout did not end it: the same silence
+                last = silence
             except (av.FFmpegError, OSError, StopIteration) as exc:
-                last = reason_of(exc) if not isinstance(exc, StopIteration) else "stream ended at once"
-                self._disconnect()
-                if self._stop.wait(min(delay, max(deadline - time.monotonic(), 0))):
-                    break
-        if self._frames is None:
-            raise self._error(f"cannot connect within {self.open_timeout:.0f} s ({last})")
-        self._pending = first
-        rate = self._container.streams.video[0].average_rate or self._container.streams.video[0].guessed_rate
+                refused = refusal_of(exc, has_credentials(self.url))
+                if refused is not None:
+                    raise self._error(refused) from None
+                waited = time.monotonic() - tried
+                if isinstance(exc, av.error.InvalidDataError) and waited < timeout - 0.5:
+                    # An answer at once, and not one FFmpeg can read: another protocol's server.
+                    raise self._error(f"not an RTSP server, or not a stream we can read ({reason_of(exc)})") from None
+                if not isinstance(exc, StopIteration):
+                    last = reason_after(exc, waited, timeout, silence)
+                else:
+                    last = "the stream ended at once"
+            if self._stop.wait(min(backoff_delay(attempt), max(deadline - time.monotonic(), 0))):
+                raise StopRequested(f"{self.name}: stopped while connecting")
+            attempt += 1
+        if self._frames is None or self._pending is None:
+            raise self._error(last if last == silence else f"cannot connect within {self.open_timeout:g} s ({last})")
+        first = self._pending
+        self._last_frame_at = time.monotonic()
+        stream = self._container.streams.video[0]  # type: ignore[union-attr]
+        rate = stream.average_rate or stream.guessed_rate
         self.info = VideoInfo(first.width, first.height, Fraction(rate or 30), VIDEO_TIME_BASE)
         return self.info
 
     def _reconnect(self, why: str) -> bool:
         self._disconnect()
-        log.warning("%s: stream dropped (%s); reconnecting", self.name, why)
+        self._lost_since = self._last_frame_at or time.monotonic()
+        log.warning("%s: %s; reconnecting", self.name, why)
         started = time.monotonic()
         attempt = 0
         while not self._stop.is_set():
@@ -115,15 +154,22 @@ class RtspSource:
             attempt += 1
             if self._stop.wait(delay):
                 return False
+            timeout = min(self.open_timeout, ATTEMPT_S)
+            tried = time.monotonic()
             try:
-                self._connect(min(self.open_timeout, 5.0))
-                self._pending = next(self._frames)  # type: ignore[arg-type]
-            except (av.FFmpegError, OSError, StopIteration) as exc:
-                why = reason_of(exc) if not isinstance(exc, StopIteration) else "stream ended"
-                self._disconnect()
+                self._connect(timeout)
+            except (Cancelled, TimeoutError):
                 continue
+            except (av.FFmpegError, OSError, StopIteration) as exc:
+                why = ("the stream ended" if isinstance(exc, StopIteration) else
+                       reason_after(exc, time.monotonic() - tried, timeout, f"no answer within {timeout:g} s"))
+                log.debug("%s: reconnect failed (%s)", self.name, why)
+                continue
+            now = time.monotonic()
             self.reconnects += 1
-            log.warning("%s: reconnected after %.1f s", self.name, time.monotonic() - started)
+            self.outage_s += now - self._lost_since
+            self._lost_since = None
+            log.warning("%s: reconnected after %.1f s", self.name, now - started)
             return True
         return False
 
@@ -137,19 +183,37 @@ class RtspSource:
         while True:
             if self._stop.is_set():
                 return False
+            if self._stalled:
+                self._stalled = False
+                if not self._reconnect(f"no frames for {self.read_timeout:g} s"):
+                    return False
             frame = self._pending
             self._pending = None
             if frame is None:
+                reading = time.monotonic()
+                assert self._frames is not None  # open() or the last reconnect left a connection
                 try:
-                    frame = next(self._frames)  # type: ignore[arg-type]
+                    frame = next(self._frames)
                 except StopIteration:
-                    if not self._reconnect("the server ended the stream"):
+                    if not self._reconnect("stream dropped: the server ended the stream"):
                         return False
                     continue
                 except (av.FFmpegError, OSError) as exc:
-                    if self._stop.is_set() or not self._reconnect(reason_of(exc)):
+                    if self._stop.is_set():
+                        return False
+                    silent = f"no frames for {self.read_timeout:g} s"
+                    why = reason_after(exc, time.monotonic() - reading, self.read_timeout, silent)
+                    if why != silent:
+                        why = f"stream dropped: {why}"
+                    if not self._reconnect(why):
                         return False
                     continue
+                # After a silence FFmpeg's read timeout ends, the frame its parser still held
+                # comes out first, and only the next read fails: the silence is known now.
+                self._stalled = time.monotonic() - reading >= self.read_timeout
+                self._last_frame_at = reading if self._stalled else time.monotonic()
+            else:
+                self._last_frame_at = time.monotonic()
             image = slot.buffers["image"]
             if self._i420 is None or self._i420.shape != (image.shape[0] * 3 // 2, image.shape[1]):
                 self._i420 = np.empty((image.shape[0] * 3 // 2, image.shape[1]), np.uint8)
@@ -157,9 +221,13 @@ class RtspSource:
             self.clock.stamp(slot)
             return True
 
+    def stop(self) -> None:
+        """From any thread: end a connect, a reconnect or a read as soon as it can."""
+        self._stop.set()
+
     def close(self) -> None:
         self._stop.set()
-        # A read in progress ends within the read timeout (or a backoff wait, at once).
+        # A read in progress ends within the read timeout (a connect or a backoff wait, at once).
         if self._lock.acquire(timeout=self.read_timeout + 2.0):
             try:
                 self._disconnect()
@@ -167,5 +235,8 @@ class RtspSource:
                 self._lock.release()
 
     def describe(self) -> dict[str, object]:
+        outage = self.outage_s
+        if self._lost_since is not None:
+            outage += time.monotonic() - self._lost_since
         return {"input": self.name, "measured_fps": round(self.clock.measured_fps, 2),
-                "reconnects": self.reconnects}
+                "reconnects": self.reconnects, "outage_s": round(outage, 3)}
