@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,6 @@ import numpy as np
 import psutil
 import pytest
 
-from stream.config import load_config
 from stream.job.swap_job import SwapJob
 from stream.media.demo_clips import astronaut, group_picture, single_face_picture
 from stream.media.image_header import ImageHeaderError, read_image_header
@@ -31,37 +30,21 @@ from stream.server.app import FaceServer, start_server
 from stream.server.client import PacedTrack, open_session
 from stream.server.faces import FaceLibrary
 from stream.server.ice import ice_addresses_for, restrict_gathering
+from tests.fixtures.serving import serve, shared_serve_job
+from tests.fixtures.serving import serve_process as start_serve_process
 
 LOOPBACK = ["127.0.0.1"]
 
 
 @pytest.fixture(scope="module")
 def shared_job(source_photo: Path) -> SwapJob:
-    job = SwapJob(load_config(None, ["detect.every=4"]), [str(source_photo)])
-    job.open()
-    job.share()
-    return job
+    return shared_serve_job(source_photo)
 
 
 @pytest.fixture(scope="module")
 def camera() -> list[np.ndarray]:
     picture, _ = single_face_picture()
     return [cv2.resize(picture, (320, 240), interpolation=cv2.INTER_AREA)]
-
-
-def serve(job: SwapJob, scenario: Callable[[FaceServer, str], Awaitable[Any]], **kw: Any) -> Any:
-    """Run `scenario(server, url)` against a server on a free loopback port."""
-    async def main() -> Any:
-        server = FaceServer(job, **kw)
-        server.add_job_faces()
-        runner, url = await start_server(server, "127.0.0.1", 0)
-        try:
-            return await scenario(server, url)
-        finally:
-            await server.close()
-            await runner.cleanup()
-
-    return asyncio.run(main())
 
 
 def jar() -> aiohttp.ClientSession:
@@ -672,20 +655,8 @@ def test_a_busy_port_is_said_before_the_models_load(source_photo: Path, monkeypa
 
 @pytest.fixture()
 def serve_process(source_photo: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "stream.cli", "serve", "--source", str(source_photo),
-                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = ""
-        for line in proc.stdout:
-            if line.startswith("serving "):
-                break
-        assert line.startswith("serving "), line
-        yield proc, line.split()[1]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with start_serve_process(source_photo) as running:
+        yield running
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])

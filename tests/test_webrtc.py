@@ -8,7 +8,6 @@ import ctypes
 import gc
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +19,16 @@ import psutil
 import pytest
 from aiortc.mediastreams import MediaStreamError
 
-from stream.config import load_config
 from stream.job.swap_job import SwapJob
 from stream.media.convert import YuvFramer
 from stream.media.demo_clips import group_picture, single_face_picture
 from stream.runtime.slot import Slot
-from stream.server.app import FaceServer, start_server
+from stream.server.app import FaceServer
 from stream.server.client import PacedTrack, call_server, open_session
 from stream.sinks.webrtc import SwappedTrack
 from stream.sources.webrtc import WebRtcSource
 from tests.fixtures import Identity
+from tests.fixtures.serving import serve, serve_process, shared_serve_job
 
 
 @pytest.fixture(autouse=True)
@@ -43,31 +42,13 @@ def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def shared_job(source_photo: Path) -> SwapJob:
-    job = SwapJob(load_config(None, ["detect.every=4"]), [str(source_photo)])
-    job.open()
-    job.share()
-    return job
+    return shared_serve_job(source_photo)
 
 
 @pytest.fixture(scope="module")
 def camera_pictures() -> list[np.ndarray]:
     picture, _ = single_face_picture()
     return [cv2.resize(picture, (640, 480), interpolation=cv2.INTER_AREA)]
-
-
-def serve(job: SwapJob, scenario: Callable[[FaceServer, str], Awaitable[Any]], **kw: Any) -> Any:
-    """Run `scenario(server, url)` against a server on a free loopback port."""
-    async def main() -> Any:
-        server = FaceServer(job, **kw)
-        server.add_job_faces()
-        runner, url = await start_server(server, "127.0.0.1", 0)
-        try:
-            return await scenario(server, url)
-        finally:
-            await server.close()
-            await runner.cleanup()
-
-    return asyncio.run(main())
 
 
 async def frames_from(remote: asyncio.Future[Any], n: int, timeout: float = 20.0) -> list[av.VideoFrame]:
@@ -336,20 +317,10 @@ def test_fifty_connect_disconnect_cycles_leave_nothing_behind(shared_job: SwapJo
 def test_serve_command_serves_the_page_and_stops_on_ctrl_c(source_photo: Path) -> None:
     import json
     import signal
-    import subprocess
-    import sys
     import urllib.request
 
-    proc = subprocess.Popen([sys.executable, "-m", "stream.cli", "serve", "--source", str(source_photo),
-                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        lines = []
-        for line in proc.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            if line.startswith("serving "):
-                break
-        url = lines[-1].split()[1]
-        assert url.startswith("http://127.0.0.1:"), lines
+    with serve_process(source_photo) as (proc, url):
+        assert url.startswith("http://127.0.0.1:"), url
         page = urllib.request.urlopen(url, timeout=10).read().decode()
         assert 'id="start"' in page and "RTCPeerConnection" in page
         faces = json.loads(urllib.request.urlopen(url + "api/faces", timeout=10).read())
@@ -358,10 +329,6 @@ def test_serve_command_serves_the_page_and_stops_on_ctrl_c(source_photo: Path) -
         assert cv2.imdecode(np.frombuffer(thumb, np.uint8), cv2.IMREAD_COLOR).shape == (160, 160, 3)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, err
     assert "stopped: 0 peer session(s) served" in out and "Traceback" not in err
 

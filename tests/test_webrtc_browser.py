@@ -9,8 +9,6 @@ import asyncio
 import base64
 import os
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,11 +18,11 @@ import cv2
 import numpy as np
 import pytest
 
-from stream.config import load_config
 from stream.job.swap_job import SwapJob
 from stream.media.demo_clips import astronaut, group_picture, pan_zoom_frames, single_face_picture
 from stream.server.app import FaceServer, start_server
 from tests.fixtures import Identity, write_y4m
+from tests.fixtures.serving import serve_process, shared_serve_job
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -90,10 +88,7 @@ def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def shared_job(source_photo: Path) -> SwapJob:
-    job = SwapJob(load_config(None, ["detect.every=4"]), [str(source_photo)])
-    job.open()
-    job.share()
-    return job
+    return shared_serve_job(source_photo)
 
 
 def launch(pw: Any, camera: Path) -> Any:
@@ -304,15 +299,7 @@ def test_the_page_says_when_the_server_is_gone(fake_camera: Path, source_photo: 
     _require_browser()
     from playwright.sync_api import sync_playwright
 
-    proc = subprocess.Popen([sys.executable, "-m", "stream.cli", "serve", "--source", str(source_photo),
-                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = ""
-        for line in proc.stdout:
-            if line.startswith("serving "):
-                break
-        url = line.split()[1]
+    with serve_process(source_photo) as (proc, url):
         with sync_playwright() as pw:
             browser = launch(pw, fake_camera)
             try:
@@ -330,9 +317,5 @@ def test_the_page_says_when_the_server_is_gone(fake_camera: Path, source_photo: 
                 figures = page.inner_text("#fps-out")
             finally:
                 browser.close()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
     assert "not answering" in message and "Failed to fetch" not in message, message
     assert start_enabled and figures == "–"
