@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from engines.errors import EngineError, ModelNotFound
-from engines.runtime import HostAllocator, RuntimeOptions, TensorSpec
+from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class OrtRuntime:
         self.providers: list[str] = []
         self.binding_device: str | None = None  # set by open(): see io_binding_device
         self.calls = 0
-        self._host: dict[str, np.ndarray] = {}
+        self._host = HostBuffers(allocator)
 
     @property
     def is_open(self) -> bool:
@@ -222,13 +222,7 @@ class OrtRuntime:
         pinned one, which the driver can copy to the device without a staging copy) and is
         kept for the next call of the same shape and type; plain numpy without an allocator.
         """
-        dt = np.dtype(dtype)
-        buf = self._host.get(name)
-        if buf is None or buf.shape != tuple(shape) or buf.dtype != dt:
-            alloc = self.allocator
-            buf = alloc.empty(tuple(shape), dt) if alloc is not None else np.empty(shape, dt)
-            self._host[name] = buf
-        return buf
+        return self._host.get(name, shape, dtype)
 
     def close(self) -> None:
         """Release the session (and with it the model's memory on the device) and host buffers."""

@@ -29,6 +29,30 @@ class HostAllocator(Protocol):
     def empty(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray: ...
 
 
+class HostBuffers:
+    """Reusable host arrays by input name, from an allocator (plain numpy without one): one
+    per name, kept while its shape and type stay the same (a runtime's `host_buffer`)."""
+
+    def __init__(self, allocator: HostAllocator | None) -> None:
+        self.allocator = allocator
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+        """A new array from the allocator (not kept)."""
+        alloc = self.allocator
+        return alloc.empty(tuple(shape), dtype) if alloc is not None else np.empty(shape, dtype)
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type = np.float32) -> np.ndarray:
+        dt = np.dtype(dtype)
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != dt:
+            buf = self._buffers[name] = self.empty(tuple(shape), dt)
+        return buf
+
+    def clear(self) -> None:
+        self._buffers.clear()
+
+
 @dataclass
 class RuntimeOptions:
     """Which runtime runs the models, and how (the `runtime:` section of a config)."""

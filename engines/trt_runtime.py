@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from engines.errors import EngineError, ModelNotFound
-from engines.runtime import HostAllocator, RuntimeOptions, TensorSpec
+from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec
 from engines.trt_build import OnnxIO, build_engine, fp16_onnx, make_logger, plan_profile, read_onnx_io
 from engines.trt_cache import EngineCache, EngineKey, file_sha256, stat_id
 from engines.trt_env import GpuInfo, TrtUnavailable, check_supported, gpu_info, load_cupy, load_tensorrt
@@ -96,7 +96,7 @@ class TrtRuntime:
         self._in: dict[str, _Buffer] = {}
         self._out: dict[str, _Buffer] = {}
         self._max_batch = 0  # > 0 when every input and output has a dynamic batch axis: larger batches split
-        self._host: dict[str, np.ndarray] = {}  # host buffers that do not fit a staging buffer
+        self._host = HostBuffers(allocator)  # host buffers that do not fit a staging buffer
         self._lock = threading.Lock()  # one execution context: one call at a time
 
     @property
@@ -275,7 +275,7 @@ class TrtRuntime:
                 raise EngineError(f"{where}: no room on the GPU for the buffer of {name!r} at the profile's maximum "
                                   f"{list(hi)} ({text}); lower runtime.trt_max_batch or runtime.trt_dim_range"
                                   ) from exc
-            host = self._alloc((size,), dtype)
+            host = self._host.empty((size,), dtype)
             if not context.set_tensor_address(name, int(device.data.ptr)):
                 raise EngineError(f"{where}: TensorRT rejects the buffer of {name!r} ({logger.last_error()})")
             (self._in if is_input else self._out)[name] = _Buffer(name, dtype, lo, hi, device, host)
@@ -286,10 +286,6 @@ class TrtRuntime:
         self._stream = cupy.cuda.Stream(non_blocking=True)
         self._event = cupy.cuda.Event(disable_timing=True)
         self._context = context
-
-    def _alloc(self, shape: Shape, dtype: np.dtype) -> np.ndarray:
-        alloc = self.allocator
-        return alloc.empty(shape, dtype) if alloc is not None else np.empty(shape, dtype)
 
     def host_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type = np.float32) -> np.ndarray:
         """A reusable host array for input `name`: write a blob into it and pass it to `run`.
@@ -303,11 +299,7 @@ class TrtRuntime:
         buf = self._in.get(name)
         if buf is not None and buf.dtype == dt and prod(shape) <= buf.host.size:
             return buf.host[:prod(shape)].reshape(shape)
-        own = self._host.get(name)  # before open, or larger than the profile allows
-        if own is None or own.shape != shape or own.dtype != dt:
-            own = self._alloc(shape, dt)
-            self._host[name] = own
-        return own
+        return self._host.get(name, shape, dt)  # before open, or larger than the profile allows
 
     # -- per call ------------------------------------------------------------------
 

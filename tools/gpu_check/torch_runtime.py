@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from engines.errors import EngineError, ModelNotFound
-from engines.runtime import HostAllocator, RuntimeOptions, TensorSpec
+from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class TorchRuntime:
         self.device: Any = None  # torch.device once open
         self._module: Any = None
         self._stream: Any = None
-        self._host: dict[str, np.ndarray] = {}
+        self._host = HostBuffers(allocator)
 
     @property
     def is_open(self) -> bool:
@@ -221,13 +221,7 @@ class TorchRuntime:
     def host_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type = np.float32) -> np.ndarray:
         """A reusable host array for input `name` (pinned with the pipeline's pinned allocator),
         kept for the next call of the same shape and type."""
-        dt = np.dtype(dtype)
-        buf = self._host.get(name)
-        if buf is None or buf.shape != tuple(shape) or buf.dtype != dt:
-            alloc = self.allocator
-            buf = alloc.empty(tuple(shape), dt) if alloc is not None else np.empty(shape, dt)
-            self._host[name] = buf
-        return buf
+        return self._host.get(name, shape, dtype)
 
     def close(self) -> None:
         """Drop the module (its device memory returns to PyTorch's cache) and the host buffers."""
