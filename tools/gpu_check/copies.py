@@ -19,7 +19,8 @@ from stream.runtime.allocator import NumpyAllocator
 from tools.gpu_check.device import Backend
 
 
-def _median_s(step: Callable[[], None], repeats: int) -> float:
+def median_s(step: Callable[[], None], repeats: int) -> float:
+    """The median time of `step` over `repeats` runs, after one warm-up run."""
     step()  # warm-up: first-touch of the pages, the driver's staging buffers
     samples = []
     for _ in range(repeats):
@@ -50,8 +51,8 @@ def measure_copies(backend: Backend, sizes_mib: Sequence[float], repeats: int) -
                 backend.download(back, device, stream)
                 stream.synchronize()
 
-            up_s = _median_s(up, repeats)
-            down_s = _median_s(down, repeats)
+            up_s = median_s(up, repeats)
+            down_s = median_s(down, repeats)
             rows.append({
                 "size_mib": size, "memory": memory, "allocator": alloc.name,
                 "h2d_ms_p50": round(up_s * 1e3, 4), "d2h_ms_p50": round(down_s * 1e3, 4),

@@ -18,7 +18,6 @@ no slot was handed back or overwritten before its copy had read it.
 """
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections import deque
@@ -29,6 +28,7 @@ import numpy as np
 from stream.errors import EndOfStream
 from stream.runtime.ring import Policy, Ring
 from stream.runtime.slot import Slot
+from tools.gpu_check.copies import median_s
 from tools.gpu_check.device import Backend, work_reference
 
 Shape = tuple[int, int, int]
@@ -174,16 +174,6 @@ def _run(feeder: _Feeder, mode: str, pictures: list[np.ndarray], frames: int, sl
     return frames / elapsed
 
 
-def _time_s(step: Any, repeats: int = 5) -> float:
-    step()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
-
-
 def measure_feed(backend: Backend, shape: Shape, frames: int, slots: int = 4,
                  probe_rounds: int = 64) -> dict[str, Any]:
     """fps of the serial and the overlapped feed, their ratio, and the checked run's result."""
@@ -207,11 +197,11 @@ def measure_feed(backend: Backend, shape: Shape, frames: int, slots: int = 4,
             stream.synchronize()
         return step
 
-    up_s, down_s = _time_s(up), _time_s(down)
-    probe_s = _time_s(work(probe_rounds))
+    up_s, down_s = median_s(up, 5), median_s(down, 5)
+    probe_s = median_s(work(probe_rounds), 5)
     rounds = int(min(8192, max(1, round(probe_rounds * up_s / probe_s)))) if probe_s > 0 else probe_rounds
     feeder.rounds = rounds
-    work_s = _time_s(work(rounds))
+    work_s = median_s(work(rounds), 5)
 
     warm = min(frames, 2 * slots)
     _run(feeder, "serial", pictures, warm, slots, write=False)
