@@ -349,6 +349,11 @@ class GatedDetector(FakeDetector):
             self.done.set()
         return [((cx - 0.6 * s, cy - 0.5 * s, cx + 0.6 * s, cy + 0.7 * s), 1.0) for _, cx, cy, s in faces]
 
+    def open_gate(self) -> None:
+        """Let every detection through from now on (before closing: no thread left waiting)."""
+        for _ in range(100):
+            self.gate.release()
+
     def finish(self) -> None:
         """Let the running background detection end, and wait until it has."""
         self.done.clear()
@@ -391,6 +396,7 @@ def test_a_late_detection_never_starts_a_ghost_where_a_lost_face_was() -> None:
             found_again_at = seq
         if seq in (12, 30, 45) and tracker.background.pending:
             det.finish()  # the detection sent at frame 5 lands at frame 12
+    det.open_gate()
     tracker.close()
     assert ghosts == 0, f"{ghosts} frame(s) swapped a face where there was none"
     assert found_again_at is not None and found_again_at <= 13  # found on the frame the late boxes land
@@ -414,6 +420,7 @@ def test_a_late_detection_of_a_new_moving_face_starts_its_track_where_it_is_now(
             both_at = seq
         if seq in (14, 25, 35) and tracker.background.pending:
             det.finish()
+    det.open_gate()
     tracker.close()
     assert ghosts == 0, f"{ghosts} frame(s) swapped a face where there was none"
     assert both_at is not None and both_at <= 15
