@@ -46,7 +46,7 @@ step "demo without the demo extra: one line saying how to get it"
 if "$fs" demo --out-dir demo --seconds 1 -q 2> err.txt; then echo "demo ran without its extra"; exit 1; fi
 [ "$(grep -c . err.txt)" -eq 1 ] && grep -q "facestream\[demo\]" err.txt || { cat err.txt; exit 1; }
 step "serve without --source or the demo extra: one line"
-if "$fs" serve --port 0 2> err.txt; then echo "serve ran without a face"; exit 1; fi
+if timeout 60 "$fs" serve --port 0 2> err.txt; then echo "serve ran without a face"; exit 1; fi
 [ "$(grep -c . err.txt)" -eq 1 ] && grep -q -- "--source PHOTO" err.txt || { cat err.txt; exit 1; }
 step "demo with the extra"
 "$work/venv/bin/python" -m pip install -q "${wheel}[demo]" 2>&1 | grep -v "^WARNING: Location" || true

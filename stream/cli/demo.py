@@ -82,7 +82,8 @@ def run_demo(config: Config, out_dir: Path, seconds: float, quiet: bool = False,
 
 def demo_face() -> str:
     """scikit-image's astronaut as a photo file (the face offered when none is given)."""
+    picture = astronaut()  # DemoUnavailable without the demo extra, whatever an earlier run left
     path = Path(tempfile.gettempdir()) / "facestream-astronaut.png"
     if not path.is_file():
-        cv2.imwrite(str(path), astronaut())
+        cv2.imwrite(str(path), picture)
     return str(path)
