@@ -202,3 +202,17 @@ def test_ctrl_c_finalises_the_output(tmp_path: Path, source_photo: Path) -> None
     assert "interrupted" in err and "Traceback" not in err
     frames = probe(out)["frames"]
     assert 0 < frames < 240
+
+
+def test_the_demo_face_needs_its_extra_even_when_a_copy_is_left_in_tmp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve` without --source offers the demo face only where scikit-image is installed: a
+    picture an earlier run left in the temp folder is no stand-in for the missing package."""
+    import sys
+
+    from stream.cli.demo import demo_face
+    from stream.media.demo_clips import DemoUnavailable
+
+    assert Path(demo_face()).is_file()  # with the extra: written (or already there)
+    monkeypatch.setitem(sys.modules, "skimage", None)  # as without the extra
+    with pytest.raises(DemoUnavailable, match="scikit-image"):
+        demo_face()
