@@ -9,7 +9,10 @@ pipeline hands over its pinned allocator). A `run` on its own CUDA stream:
     inputs host -> device (async)  ->  execute_async_v3  ->  outputs device -> host (async)
     ->  event recorded, then synchronised  ->  outputs returned
 
-A batch larger than the profile's maximum runs in chunks, concatenated. Everything that
+Inputs already in page-locked memory (the swap stage's pinned ring slots) are copied to the
+device from where they are; others go through the staging buffer. `run_into` lands the
+outputs in the caller's arrays (the pinned output slots). A batch larger than the profile's
+maximum runs in chunks. Everything that
 can go wrong is a one-line EngineError: no TensorRT or cupy, no (supported) GPU, a file
 TensorRT's parser rejects, a failed build, inputs outside the engine's profile.
 """
@@ -305,9 +308,19 @@ class TrtRuntime:
 
     def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
         """Named inputs in, named outputs out (all outputs unless `outputs` names some)."""
+        return self._execute(feeds, list(outputs) if outputs else None, {})
+
+    def run_into(self, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Named inputs in, each named output copied from the device straight into the given
+        host array (engines.bound_outputs: the swap stage's pinned output slots), or returned
+        in an array of its own where the given one does not fit (shape, type, layout)."""
+        return self._execute(feeds, list(outputs), outputs)
+
+    def _execute(self, feeds: dict[str, np.ndarray], outputs: list[str] | None,
+                 into: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._context is None:
             self.open()
-        names = list(outputs) if outputs else [o.name for o in self.outputs]
+        names = outputs or [o.name for o in self.outputs]
         unknown = [n for n in names if n not in self._out]
         if unknown:
             raise EngineError(f"model file {str(self.path)!r} has no output {unknown[0]!r}; "
@@ -317,11 +330,18 @@ class TrtRuntime:
             n = next(iter(arrays.values())).shape[0] if self._max_batch else 0
             if self._max_batch and n > self._max_batch:
                 step = self._max_batch
-                parts = [self._run_once({k: v[i:i + step] for k, v in arrays.items()}, names)
+                parts = [self._run_once({k: v[i:i + step] for k, v in arrays.items()}, names,
+                                        {k: v[i:i + step] for k, v in into.items() if len(v) == n})
                          for i in range(0, n, step)]
-                result = {name: np.concatenate([p[name] for p in parts]) for name in names}
+                result = {}
+                for name in names:
+                    pieces = [p[name] for p in parts]
+                    whole = into.get(name)
+                    landed = whole is not None and all(
+                        _same_memory(piece, whole[i * step:i * step + len(piece)]) for i, piece in enumerate(pieces))
+                    result[name] = whole if landed else np.concatenate(pieces)
             else:
-                result = self._run_once(arrays, names)
+                result = self._run_once(arrays, names, into)
             self.calls += 1
         return result
 
@@ -351,8 +371,14 @@ class TrtRuntime:
             raise EngineError(f"{where}: the inputs' batch sizes differ ({sizes})")
         return arrays
 
-    def _run_once(self, arrays: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
-        """One engine launch on this runtime's stream, synchronised before returning."""
+    def _run_once(self, arrays: dict[str, np.ndarray], names: list[str],
+                  into: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One engine launch on this runtime's stream, synchronised before returning.
+
+        An input already in page-locked memory (the pipeline's pinned ring slots) is copied
+        to the device straight from where it is; any other goes through the input's staging
+        buffer first. An output lands in the caller's array from `into` when it fits, else
+        in the staging buffer, returned as a copy (the next call overwrites the buffer)."""
         cupy, context, stream = self._cupy, self._context, self._stream
         assert cupy is not None and self.gpu is not None
         where = f"model file {str(self.path)!r}"
@@ -361,24 +387,41 @@ class TrtRuntime:
                 buf = self._in[name]
                 if not context.set_input_shape(name, arr.shape):
                     raise EngineError(f"{where}: TensorRT rejects input {name!r} of shape {list(arr.shape)}")
-                host = buf.host[:arr.size].reshape(arr.shape)
-                if not _same_memory(arr, host):  # a blob made elsewhere: into the (pinned) staging buffer
-                    np.copyto(host, arr)
-                buf.device[:arr.size].reshape(arr.shape).set(host, stream=stream)
+                source = arr
+                if not self._page_locked(arr):
+                    source = buf.host[:arr.size].reshape(arr.shape)
+                    if not _same_memory(arr, source):  # pageable: into the (pinned) staging buffer
+                        np.copyto(source, arr)
+                buf.device[:arr.size].reshape(arr.shape).set(source, stream=stream)
             if not context.execute_async_v3(stream.ptr):
                 raise EngineError(f"{where}: TensorRT failed to run the engine")
-            views = {}
+            views, own = {}, set()
             for name in names:
                 buf = self._out[name]
                 shape = tuple(int(d) for d in context.get_tensor_shape(name))
-                host = buf.host[:prod(shape)].reshape(shape)
-                buf.device[:prod(shape)].reshape(shape).get(stream=stream, out=host, blocking=False)
-                views[name] = host
+                target = into.get(name)
+                if target is None or target.shape != shape or target.dtype != buf.dtype \
+                        or not target.flags.c_contiguous or not target.flags.writeable:
+                    target = buf.host[:prod(shape)].reshape(shape)
+                    own.add(name)
+                buf.device[:prod(shape)].reshape(shape).get(stream=stream, out=target, blocking=False)
+                views[name] = target
             self._event.record(stream)
             self._event.synchronize()
         self.executions += 1
-        # Copies: the staging buffers are overwritten by the next call.
-        return {name: view.copy() for name, view in views.items()}
+        return {name: view.copy() if name in own else view for name, view in views.items()}
+
+    def _page_locked(self, arr: np.ndarray) -> bool:
+        """Whether `arr` is contiguous page-locked host memory the device can read directly."""
+        if not arr.flags.c_contiguous or arr.size == 0:
+            return False
+        runtime = self._cupy.cuda.runtime  # type: ignore[union-attr]
+        try:
+            attrs = runtime.pointerGetAttributes(int(arr.__array_interface__["data"][0]))
+        except Exception:  # pageable memory on old drivers raises: not page-locked
+            return False
+        kind = getattr(attrs, "type", getattr(attrs, "memoryType", None))
+        return kind == getattr(runtime, "memoryTypeHost", 1)
 
 
 def _same_memory(arr: np.ndarray, host: np.ndarray) -> bool:

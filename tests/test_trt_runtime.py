@@ -22,6 +22,7 @@ from onnx import TensorProto, helper
 
 import engines.trt_build as trt_build
 from engines.arcface import ArcFaceEmbedder
+from engines.bound_outputs import BindsOutputs
 from engines.errors import EngineError, ModelNotFound
 from engines.gfpgan import GfpganEnhancer
 from engines.inswapper import InSwapper
@@ -504,7 +505,7 @@ def test_each_launch_copies_in_runs_copies_out_and_waits_on_one_stream(
         feeds = _feeds("inswapper_dyn", batch=batch, seed=batch)
         out = rt.run(feeds)
         np.testing.assert_array_equal(out["output"], _ort(models["inswapper_dyn"]).run(feeds)["output"])
-        calls = cupy.log[mark:]
+        calls = [c for c in cupy.log[mark:] if c[0] != "attributes"]
         one = [("h2d", stream, "target"), ("h2d", stream, "source"), ("execute", stream), ("d2h", stream, "output"),
                ("record", stream), ("sync", stream)]
         names = {rt._in[n].device.data.ptr: n for n in rt._in} | {rt._out[n].device.data.ptr: n for n in rt._out}
@@ -524,6 +525,53 @@ def test_the_fake_stream_runs_work_only_when_synchronised(models: dict[str, Path
     out = rt.run(_feeds("arcface"))["683"]
     assert cupy.pending() == 4  # copy in, launch, copy out, event: all still queued
     assert not np.array_equal(out, _ort(models["arcface"]).run(_feeds("arcface"))["683"])
+
+
+def test_pinned_inputs_go_to_the_device_from_where_they_are(models: dict[str, Path], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The swap stage's ring slots are page-locked: the device reads them directly, with no
+    host copy into the staging buffer first; pageable inputs still go through it."""
+    _, cupy = install_fake_gpu(monkeypatch)
+    rt = TrtRuntime(models["inswapper_dyn"], RuntimeOptions(kind="tensorrt", trt_cache_dir=str(tmp_path)),
+                    allocator=PinnedAllocator())
+    rt.open()
+    feeds = _feeds("inswapper_dyn", batch=3, seed=4)
+    slots = {}
+    for name, value in feeds.items():
+        slots[name] = PinnedAllocator().empty(value.shape, value.dtype)  # a ring slot, not the staging buffer
+        slots[name][...] = value
+    staging = rt._in["target"].host
+    staging[...] = 7.0
+    mark = len(cupy.log)
+    got = rt.run(slots)["output"]
+    np.testing.assert_array_equal(got, _ort(models["inswapper_dyn"]).run(feeds)["output"])
+    assert np.all(staging == 7.0)  # never written: the copy came from the slot itself
+    assert [c[4] for c in cupy.log[mark:] if c[0] == "h2d"] == [True, True]
+    rt.run(feeds)  # pageable: staged
+    assert np.array_equal(staging[:feeds["target"].size].reshape(feeds["target"].shape), feeds["target"])
+
+
+def test_run_into_lands_the_outputs_in_the_callers_arrays(models: dict[str, Path], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    _, cupy = install_fake_gpu(monkeypatch)
+    rt = TrtRuntime(models["inswapper_dyn"], RuntimeOptions(kind="tensorrt", trt_cache_dir=str(tmp_path)),
+                    allocator=PinnedAllocator())
+    reference = _ort(models["inswapper_dyn"])
+    assert isinstance(rt, BindsOutputs)  # the swap stage hands it its pinned output slots
+    for batch in (3, 11):  # one launch; two launches (max batch 8) into the two halves of one array
+        feeds = _feeds("inswapper_dyn", batch=batch, seed=batch)
+        slot = PinnedAllocator().empty((batch, 3, 128, 128), np.float32)
+        mark = len(cupy.log)
+        got = rt.run_into(feeds, {"output": slot})["output"]
+        assert got is slot
+        np.testing.assert_array_equal(slot, reference.run(feeds)["output"])
+        outs = [c for c in cupy.log[mark:] if c[0] == "d2h"]
+        assert len(outs) == (1 if batch == 3 else 2) and all(c[4] for c in outs)  # into page-locked memory
+    feeds = _feeds("inswapper_dyn", batch=2)
+    wrong = np.zeros((3, 3, 128, 128), np.float32)  # not this call's shape: an array of its own comes back
+    got = rt.run_into(feeds, {"output": wrong})["output"]
+    assert got is not wrong and not wrong.any()
+    np.testing.assert_array_equal(got, reference.run(feeds)["output"])
 
 
 # -- host buffers, closing ------------------------------------------------------------------------
