@@ -53,6 +53,20 @@ class HostBuffers:
         self._buffers.clear()
 
 
+def parse_size(text: str) -> int:
+    """'1.5G', '800M', '2GB', '1073741824' -> bytes; ValueError with the accepted forms."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    number = t[:-1] if t[-1:] in "KMGT" and t[-1:] else t
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{text!r}: a size like 1.5G, 800M or a byte count") from None
+    if value <= 0:
+        raise ValueError(f"{text!r}: a size must be positive")
+    return int(value * scale)
+
+
 @dataclass
 class RuntimeOptions:
     """Which runtime runs the models, and how (the `runtime:` section of a config)."""
@@ -69,6 +83,7 @@ class RuntimeOptions:
     # native TensorRT: min, opt, max of any other dynamic input axis (SCRFD's height and width)
     trt_dim_range: tuple[int, int, int] = (32, 640, 1280)
     io_binding: bool | None = None  # None: on when the first provider is CUDA or TensorRT
+    max_vram: int | str | None = None  # the most device memory a GPU run plans for (bytes, or "1.5G")
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-provider options
 
     def __post_init__(self) -> None:
@@ -82,6 +97,13 @@ class RuntimeOptions:
             raise ValueError(f"runtime.trt_max_batch must be >= 1, got {self.trt_max_batch}")
         if self.trt_workspace is not None and self.trt_workspace <= 0:
             raise ValueError(f"runtime.trt_workspace must be a positive byte count, got {self.trt_workspace}")
+        if isinstance(self.max_vram, str):
+            try:
+                self.max_vram = parse_size(self.max_vram)
+            except ValueError as exc:
+                raise ValueError(f"runtime.max_vram {exc}") from None
+        if self.max_vram is not None and (isinstance(self.max_vram, bool) or self.max_vram <= 0):
+            raise ValueError(f"runtime.max_vram must be a positive size such as 1.5G, got {self.max_vram!r}")
         raw = self.trt_dim_range  # a YAML list arrives as a list
         dims = tuple(raw) if isinstance(raw, (list, tuple)) else ()
         if len(dims) != 3 or not all(isinstance(d, int) for d in dims) or not 1 <= dims[0] <= dims[1] <= dims[2]:

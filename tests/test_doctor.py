@@ -50,3 +50,32 @@ def test_a_check_that_breaks_is_reported_not_raised(capsys: pytest.CaptureFixtur
     monkeypatch.setattr(doctor, "check_live", broken)
     assert doctor.run_doctor(load_config()) == 0
     assert "could not run (OSError: no /dev)" in capsys.readouterr().out
+
+
+def test_the_doctor_command_exits_0_and_takes_the_run_options(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from stream.cli.main import main
+
+    monkeypatch.setattr("stream.job.vram_plan.device_memory", lambda device_id=0: None)
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "none found: the models run on the CPU" in out and "fix: pip install cupy-cuda12x" in out
+    card = DeviceMemory("Fake GPU 24 GB", 24 * GiB, 23 * GiB)
+    monkeypatch.setattr("stream.job.vram_plan.device_memory", lambda device_id=0: card)
+    monkeypatch.setattr(doctor, "_pinned_memory", lambda: doctor.Finding("gpu", "pinned memory", "fake", True))
+    assert main(["doctor", "--max-vram", "3G", "--set", 'runtime.kind="tensorrt"']) == 0
+    out = capsys.readouterr().out
+    assert "VRAM plan on Fake GPU 24 GB:" in out and "of 3.00 GB budget" in out
+    assert main(["doctor", "--max-vram", "lots"]) == 1
+    said = capsys.readouterr().err.strip()
+    assert said == "facestream: error: --max-vram 'lots': a size like 1.5G, 800M or a byte count"
+
+
+def test_a_gpu_the_installed_runtime_cannot_use_is_said(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    card = DeviceMemory("Fake GPU 8 GB", 8 * GiB, 7 * GiB)
+    monkeypatch.setattr("stream.job.vram_plan.device_memory", lambda device_id=0: card)
+    monkeypatch.setattr(doctor, "_pinned_memory", lambda: doctor.Finding("gpu", "pinned memory", "fake", True))
+    monkeypatch.setattr("stream.job.run_plan.available_providers", lambda: ["CPUExecutionProvider"])
+    assert doctor.run_doctor(load_config()) == 0
+    assert "the GPU is not used by this runtime as installed" in capsys.readouterr().out

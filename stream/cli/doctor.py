@@ -161,16 +161,16 @@ def _gst_rtsp() -> bool:
 
 def plan_lines(config: Config, device: object | None, max_vram: int | None) -> list[str]:
     """What the default run would do here."""
-    from stream.job.vram_plan import DeviceMemory, PlanRequest, plan_vram
+    from stream.job.run_plan import gpu_runtime, request_for
+    from stream.job.vram_plan import DeviceMemory, plan_vram
 
     lines = [f"engine: {config.engine} (auto: the neural set when its files are found, else dlib); "
              f"runtime: {config.runtime.kind}"]
     if isinstance(device, DeviceMemory):
-        request = PlanRequest(detector=config.models.detector, swapper=config.models.swapper,
-                              landmarker=config.models.landmarker,
-                              enhancer=config.enhance.model if config.enhance.enabled else None,
-                              max_faces=config.pipeline.max_faces)
-        lines.append(plan_vram(device, request, max_vram).line())
+        if not gpu_runtime(config.runtime):
+            lines.append("the GPU is not used by this runtime as installed (ONNX Runtime without its CUDA "
+                         "provider): install onnxruntime-gpu, or use --set runtime.kind=tensorrt; with the GPU:")
+        lines.append(plan_vram(device, request_for(config), max_vram).line())
     else:
         lines.append(f"no GPU: every model runs on the CPU ({os.cpu_count()} cores; tools/bench.py measures "
                      "what this machine does)")
@@ -200,7 +200,9 @@ def report(config: Config, max_vram: int | None = None) -> tuple[list[Finding], 
 
 
 def run_doctor(config: Config, max_vram: int | None = None) -> int:
-    findings, plan = report(config, max_vram)
+    """Print the report; `max_vram` (default: the config's runtime.max_vram) caps the plan."""
+    cap = config.runtime.max_vram if max_vram is None else max_vram
+    findings, plan = report(config, int(cap) if cap is not None else None)
     titles = {"python": "Python and packages", "gpu": "GPU", "models": "Models", "live": "Live I/O",
               "tests": "Test servers"}
     for section, title in titles.items():

@@ -238,6 +238,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     written=args.written)
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from stream.cli.doctor import run_doctor
+
+    return run_doctor(config_from_args(args))
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from engines.catalog import CATALOG, entry, locate, search_dirs, user_models_dir
 
@@ -296,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live,
-                "serve": cmd_serve}
+                "serve": cmd_serve, "doctor": cmd_doctor}
     args.written = written = Written()
     if args.command != "serve":  # the server handles its own signals on its event loop
         _stop_on_termination()

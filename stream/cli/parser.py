@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from engines.runtime import parse_size
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
 
@@ -42,6 +43,9 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
     g.add_argument("--enhance-every", type=int, metavar="K",
                    help="with --enhance: run it every K-th frame per face, re-pasting its last result between")
     g.add_argument("--max-faces", type=int, metavar="N", help="swap at most N faces per frame")
+    g.add_argument("--max-vram", metavar="SIZE",
+                   help="GPU runs: plan for at most SIZE of device memory (e.g. 1.5G, 800M; default: 85%% of "
+                        "the card, within what is free); the plan is printed at the start")
     o = p.add_argument_group("reporting")
     if not server:
         g.add_argument("--x264-preset", metavar="PRESET", help="libx264 preset of the output (ultrafast ... veryslow)")
@@ -156,6 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="video codec to send back when the browser offers it (default vp8: the "
                             "cheapest on a CPU here; auto: the browser's first choice)")
     _add_run_options(serve, server=True)
+    doctor = sub.add_parser(
+        "doctor", help="say what this machine can do and what is missing, with the fix for each",
+        description="Checks Python and the packages, ONNX Runtime's providers, CUDA devices and memory, "
+                    "TensorRT and cupy, pinned memory, the model files, a virtual-camera device, the RTSP "
+                    "test server and Chromium, and prints the VRAM plan of the default run (with the "
+                    "configuration options below). Changes nothing; exits 0 whatever it finds.")
+    dg = doctor.add_argument_group("configuration")
+    dg.add_argument("--config", metavar="NAME|PATH", help="plan for this preset or YAML file")
+    dg.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                    help="override a config field (repeatable)")
+    dg.add_argument("--models-dir", metavar="DIR", help="look for the model files here first")
+    dg.add_argument("--enhance", action="store_true", help="plan with the GFPGAN enhancer on")
+    dg.add_argument("--max-vram", metavar="SIZE", help="plan for at most SIZE of device memory (e.g. 1.5G)")
+    doctor.set_defaults(engine=None, select=None, blend=None, detect_every=None, max_faces=None, x264_preset=None,
+                        crf=None, enhance_every=None, reference=None, mapping=[], serial=False)
     models = sub.add_parser(
         "models", help="list the standard model files (found or missing), or fetch one",
         description="Lists each model of the catalog with the file that was found, or where to put "
@@ -173,6 +192,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _size(flag: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise CliError(f"{flag} {exc}") from None
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     overrides = list(args.overrides)
     simple = {
@@ -180,6 +208,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "detect.every": args.detect_every, "pipeline.max_faces": args.max_faces,
         "encode.preset": args.x264_preset, "encode.crf": args.crf, "models.dir": args.models_dir,
         "enhance.every": args.enhance_every, "enhance.enabled": True if args.enhance else None,
+        "runtime.max_vram": _size("--max-vram", args.max_vram),
     }
     overrides += [f"{k}={json.dumps(v)}" for k, v in simple.items() if v is not None]
     if args.reference:

@@ -15,7 +15,9 @@ from engines.protocols import Enhancer
 from engines.registry import EngineSet, build_engines
 from engines.runtime_registry import runtime_factory
 from stream.config import Config
+from stream.job.run_plan import plan_run
 from stream.job.shared_models import exclusive, share_engines, shared
+from stream.job.vram_plan import VramPlan
 from stream.media.image_io import read_image
 from stream.runtime.allocator import Allocator, default_allocator
 
@@ -52,6 +54,7 @@ class SwapJob:
         self.reference_embeddings: list[np.ndarray] = []
         self.enhancer: Enhancer | None = None
         self.notes: list[str] = []
+        self.plan: VramPlan | None = None  # the VRAM plan of a GPU run, once open
 
     @property
     def models(self) -> EngineSet:
@@ -63,6 +66,9 @@ class SwapJob:
     def open(self) -> None:
         """Load the models and prepare every source (and reference) face once."""
         cfg = self.config
+        planned = plan_run(cfg)  # on a GPU: fits the run to the card, or ends it here in one line
+        self.plan = planned.plan
+        self.notes.extend(planned.notes)
         runtimes = runtime_factory(cfg.runtime, self.allocator)
         self.engines = build_engines(cfg.engine, detect=cfg.detect, swap=cfg.swap, models=cfg.models,
                                      runtime=runtimes)

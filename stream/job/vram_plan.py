@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engines.runtime import parse_size  # noqa: F401  (sizes as users write them: 1.5G, 800M)
+
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
@@ -59,6 +61,7 @@ class PlanRequest:
     enhancer: str | None = None  # e.g. "gfpgan_1.4" when the run asks for it
     max_faces: int = 8
     fp16_allowed: bool = True
+    smaller_detector: bool = True  # whether the smaller detector's file is there to switch to
 
 
 @dataclass
@@ -158,7 +161,7 @@ def plan_vram(device: DeviceMemory, request: PlanRequest | None = None, max_vram
         steps.extend(x.pop(0) for x in (sizes, batches) if x)
     if req.enhancer:
         steps.append(("enhancer", None))
-    if req.detector in SMALLER_DETECTOR:
+    if req.detector in SMALLER_DETECTOR and req.smaller_detector:
         steps.append(("detector", SMALLER_DETECTOR[req.detector]))
     first = dict(state)
     total, items = current()
@@ -194,17 +197,3 @@ def device_memory(device_id: int = 0) -> DeviceMemory | None:
         return DeviceMemory(name.decode() if isinstance(name, bytes) else str(name), int(total), int(free))
     except Exception:  # no cupy, no driver, no device: no plan
         return None
-
-
-def parse_size(text: str) -> int:
-    """'1.5G', '800M', '2GB', '1073741824' -> bytes; ValueError with the accepted forms."""
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 1024, "M": MiB, "G": GiB, "T": 1024 * GiB}.get(t[-1:], 1)
-    number = t[:-1] if t[-1:] in "KMGT" and t[-1:] else t
-    try:
-        value = float(number)
-    except ValueError:
-        raise ValueError(f"{text!r}: a size like 1.5G, 800M or a byte count") from None
-    if value <= 0:
-        raise ValueError(f"{text!r}: a size must be positive")
-    return int(value * scale)
