@@ -1,0 +1,233 @@
+"""A Triton Inference Server model repository for our ONNX model files.
+
+One folder per model, named by its catalog name (what `TritonRuntime` asks the server
+for), each with a `config.pbtxt` and version `1`:
+
+- `onnxruntime` (production): `1/model.onnx`, served by Triton's ONNX Runtime backend on
+  GPUs (or CPUs);
+- `tensorrt` (production): `1/model.plan`, which must be built on the serving GPU; the
+  ONNX file is kept beside it as `model.onnx` and `build_plans.sh` holds the `trtexec`
+  command for each model;
+- `python`: `1/model.py` runs `1/model.onnx` through ONNX Runtime on the CPU, one batch per
+  `execute()` (all the requests the server's dynamic batcher gathered, concatenated), so a
+  repository the bundled tritonserver can serve.
+
+Input and output names, types and dimensions are read from the ONNX file. A model whose
+inputs and outputs all have a dynamic first axis gets `max_batch_size` and dynamic
+batching; one with a fixed first axis is served unbatched (`max_batch_size: 0`).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from engines.errors import EngineError
+
+BACKENDS = ("onnxruntime", "tensorrt", "python")
+KINDS = ("gpu", "cpu")
+QUEUE_DELAY_US = 2000  # how long the batcher may hold a request waiting for company
+
+# ONNX TensorProto element types -> Triton's data types.
+_TRITON_TYPES = {1: "TYPE_FP32", 2: "TYPE_UINT8", 3: "TYPE_INT8", 4: "TYPE_UINT16", 5: "TYPE_INT16",
+                 6: "TYPE_INT32", 7: "TYPE_INT64", 8: "TYPE_STRING", 9: "TYPE_BOOL", 10: "TYPE_FP16",
+                 11: "TYPE_FP64", 12: "TYPE_UINT32", 13: "TYPE_UINT64", 16: "TYPE_BF16"}
+
+
+class RepositoryError(EngineError):
+    """A model file that cannot be put in a repository (one line, names the file)."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    triton_type: str
+    dims: tuple[int, ...]  # -1 for a dynamic axis, the batch axis included
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def batched(self) -> bool:
+        """Every input and output has a dynamic first axis: Triton may batch it."""
+        return all(t.dims and t.dims[0] == -1 for t in self.inputs + self.outputs)
+
+
+def read_spec(path: Path) -> ModelSpec:
+    """The graph inputs (initialisers left out) and outputs of the ONNX file at `path`."""
+    import onnx  # the heavy import only where a repository is written
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except FileNotFoundError:
+        raise RepositoryError(f"model file {path}: not found") from None
+    except Exception as exc:  # onnx raises DecodeError, OSError, ValueError, ...
+        raise RepositoryError(f"model file {path}: not a readable ONNX model ({type(exc).__name__})") from exc
+    graph = model.graph
+    weights = {init.name for init in graph.initializer}
+
+    def spec(value: onnx.ValueInfoProto) -> TensorSpec:
+        tensor = value.type.tensor_type
+        if tensor.elem_type not in _TRITON_TYPES:
+            raise RepositoryError(f"model file {path}: tensor {value.name!r} has element type "
+                                  f"{tensor.elem_type}, which Triton does not serve")
+        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tensor.shape.dim)
+        return TensorSpec(value.name, _TRITON_TYPES[tensor.elem_type], dims)
+
+    inputs = tuple(spec(v) for v in graph.input if v.name not in weights)
+    outputs = tuple(spec(v) for v in graph.output)
+    if not inputs or not outputs:
+        raise RepositoryError(f"model file {path}: the graph has no inputs or no outputs")
+    return ModelSpec(inputs, outputs)
+
+
+def _tensors(kind: str, tensors: tuple[TensorSpec, ...], batched: bool) -> str:
+    rows = []
+    for t in tensors:
+        dims = t.dims[1:] if batched else t.dims
+        rows.append(f'  {{\n    name: "{t.name}"\n    data_type: {t.triton_type}\n'
+                    f'    dims: [ {", ".join(str(d) for d in dims)} ]\n  }}')
+    return f"{kind} [\n" + ",\n".join(rows) + "\n]\n"
+
+
+def render_config(name: str, spec: ModelSpec, backend: str, max_batch: int, instances: int, kind: str,
+                  queue_delay_us: int = QUEUE_DELAY_US) -> str:
+    """The `config.pbtxt` text of one model."""
+    batched = spec.batched
+    lines = [f'name: "{name}"']
+    lines.append('platform: "tensorrt_plan"' if backend == "tensorrt" else f'backend: "{backend}"')
+    lines.append(f"max_batch_size: {max_batch if batched else 0}")
+    text = "\n".join(lines) + "\n" + _tensors("input", spec.inputs, batched) + _tensors("output", spec.outputs, batched)
+    if batched:
+        text += f"dynamic_batching {{\n  max_queue_delay_microseconds: {queue_delay_us}\n}}\n"
+    group_kind = "KIND_CPU" if backend == "python" or kind == "cpu" else "KIND_GPU"
+    text += f"instance_group [\n  {{\n    count: {instances}\n    kind: {group_kind}\n  }}\n]\n"
+    return text
+
+
+def _place(src: Path, dst: Path, link: bool) -> Path:
+    if link:
+        dst.symlink_to(src.resolve())
+    else:
+        shutil.copyfile(src, dst)
+    return dst
+
+
+def _trtexec_line(name: str, spec: ModelSpec, max_batch: int) -> str:
+    cmd = f"trtexec --onnx={name}/model.onnx --saveEngine={name}/1/model.plan --fp16"
+    if not spec.batched:
+        return cmd
+    if any(-1 in t.dims[1:] for t in spec.inputs):
+        return f"# {name}: inputs with dynamic axes past the batch: add --minShapes/--optShapes/--maxShapes\n{cmd}"
+
+    def shapes(batch: int) -> str:
+        return ",".join(f"{t.name}:{'x'.join(str(d) for d in (batch, *t.dims[1:]))}" for t in spec.inputs)
+
+    return f"{cmd} --minShapes={shapes(1)} --optShapes={shapes(max_batch)} --maxShapes={shapes(max_batch)}"
+
+
+def write_repository(folder: str | os.PathLike[str], models: dict[str, Path], backend: str = "onnxruntime",
+                     max_batch: int = 8, instances: int = 1, kind: str = "gpu", link: bool = False) -> list[Path]:
+    """Write a model repository for `models` (catalog name -> ONNX file) into `folder`.
+
+    Each named model's folder is replaced; other folders are left alone. `link` symlinks
+    the ONNX files instead of copying them. Returns the files written. Raises
+    RepositoryError for an unreadable model file, ValueError for a bad argument."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown Triton backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if kind not in KINDS:
+        raise ValueError(f"unknown instance kind {kind!r}; known: {', '.join(KINDS)}")
+    if max_batch < 1 or instances < 1:
+        raise ValueError(f"max_batch and instances must be at least 1 (got {max_batch}, {instances})")
+    specs = {name: read_spec(Path(path)) for name, path in models.items()}  # every file read before writing
+    root = Path(folder)
+    written: list[Path] = []
+    plans: list[str] = []
+    for name, path in models.items():
+        if not name or "/" in name or name.startswith("."):
+            raise ValueError(f"model name {name!r} cannot be a repository folder")
+        spec = specs[name]
+        model_dir = root / name
+        if model_dir.exists() or model_dir.is_symlink():
+            shutil.rmtree(model_dir)
+        version = model_dir / "1"
+        version.mkdir(parents=True)
+        config = model_dir / "config.pbtxt"
+        config.write_text(render_config(name, spec, backend, max_batch, instances, kind))
+        written.append(config)
+        if backend == "tensorrt":
+            written.append(_place(Path(path), model_dir / "model.onnx", link))
+            plans.append(_trtexec_line(name, spec, max_batch))
+            continue
+        written.append(_place(Path(path), version / "model.onnx", link))
+        if backend == "python":
+            script = version / "model.py"
+            script.write_text(PYTHON_MODEL)
+            written.append(script)
+    if plans:
+        script = root / "build_plans.sh"
+        script.write_text("#!/bin/sh\n# Build each model's TensorRT plan on the GPU that will serve it "
+                          "(plans are specific to the GPU and TensorRT version).\nset -e\ncd \"$(dirname \"$0\")\"\n"
+                          + "\n".join(plans) + "\n")
+        script.chmod(0o755)
+        written.append(script)
+    return written
+
+
+# The Python backend's model: the ONNX file beside it through ONNX Runtime on the CPU. The
+# requests of one execute() are concatenated along the batch axis (grouped by their shapes
+# past it) and run as one call, so the server's dynamic batching becomes real batching.
+PYTHON_MODEL = '''"""Written by `facestream triton-repo --backend python`: runs model.onnx through ONNX Runtime."""
+import json
+import os
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        folder = os.path.join(args["model_repository"], args["model_version"])
+        options = ort.SessionOptions()
+        threads = config.get("parameters", {}).get("intra_op_threads", {}).get("string_value", "0")
+        options.intra_op_num_threads = int(threads)
+        self.session = ort.InferenceSession(os.path.join(folder, "model.onnx"), options,
+                                            providers=["CPUExecutionProvider"])
+        self.inputs = [t["name"] for t in config["input"]]
+        self.outputs = [t["name"] for t in config["output"]]
+        self.batched = config.get("max_batch_size", 0) > 0
+
+    def execute(self, requests):
+        feeds = [{name: pb_utils.get_input_tensor_by_name(r, name).as_numpy() for name in self.inputs}
+                 for r in requests]
+        responses = [None] * len(requests)
+        groups = {}
+        for i, feed in enumerate(feeds):
+            key = tuple((a.shape[1:] if self.batched else a.shape, a.dtype.str) for a in feed.values())
+            groups.setdefault(key if self.batched else i, []).append(i)
+        for members in groups.values():
+            try:
+                if len(members) == 1:
+                    batch = feeds[members[0]]
+                else:
+                    batch = {name: np.concatenate([feeds[i][name] for i in members]) for name in self.inputs}
+                results = self.session.run(self.outputs, batch)
+                sizes = [len(feeds[i][self.inputs[0]]) for i in members]
+                cuts = np.cumsum(sizes)[:-1]
+                parts = [np.split(out, cuts) if len(members) > 1 else [out] for out in results]
+                for j, i in enumerate(members):
+                    tensors = [pb_utils.Tensor(name, np.ascontiguousarray(part[j]))
+                               for name, part in zip(self.outputs, parts)]
+                    responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
+            except Exception as exc:
+                for i in members:
+                    responses[i] = pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(f"{type(exc).__name__}: {exc}"))
+        return responses
+'''
