@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engines.triton_servers import normalize_url, split_urls
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -84,6 +86,10 @@ class RuntimeOptions:
     trt_dim_range: tuple[int, int, int] = (32, 640, 1280)
     io_binding: bool | None = None  # None: on when the first provider is CUDA or TensorRT
     max_vram: int | str | None = None  # the most device memory a GPU run plans for (bytes, or "1.5G")
+    # Triton (kind "triton"): the servers' gRPC addresses (host:port; requests spread over
+    # those up), and how long a call waits for an answer, a server gone included
+    triton_urls: list[str] = field(default_factory=list)
+    triton_timeout: float = 30.0
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-provider options
 
     def __post_init__(self) -> None:
@@ -104,6 +110,13 @@ class RuntimeOptions:
                 raise ValueError(f"runtime.max_vram {exc}") from None
         if self.max_vram is not None and (isinstance(self.max_vram, bool) or self.max_vram <= 0):
             raise ValueError(f"runtime.max_vram must be a positive size such as 1.5G, got {self.max_vram!r}")
+        self.triton_urls = [normalize_url(u) for u in split_urls(self.triton_urls)]
+        if self.kind == "triton" and not self.triton_urls:
+            raise ValueError("runtime.kind triton needs runtime.triton_urls (--triton-url HOST:PORT: "
+                             "a server's gRPC address, e.g. 127.0.0.1:8001)")
+        timeout = self.triton_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"runtime.triton_timeout must be a positive number of seconds, got {timeout!r}")
         raw = self.trt_dim_range  # a YAML list arrives as a list
         dims = tuple(raw) if isinstance(raw, (list, tuple)) else ()
         if len(dims) != 3 or not all(isinstance(d, int) for d in dims) or not 1 <= dims[0] <= dims[1] <= dims[2]:

@@ -19,10 +19,31 @@ def _tensorrt(path: str | os.PathLike[str], options: RuntimeOptions,
     return TrtRuntime(path, options, allocator)
 
 
+def _triton(path: str | os.PathLike[str], options: RuntimeOptions,
+            allocator: HostAllocator | None) -> InferenceRuntime:
+    # Imported when asked for: importing engines never imports tritonclient.
+    from engines.triton_runtime import TritonRuntime
+
+    return TritonRuntime(path, options, allocator)
+
+
+def _triton_factory(options: RuntimeOptions, allocator: HostAllocator | None) -> RuntimeFactory:
+    from engines.triton_factory import TritonFactory
+
+    return TritonFactory(options, allocator)
+
+
 RUNTIMES: dict[str, Callable[[str | os.PathLike[str], RuntimeOptions, HostAllocator | None],
                              InferenceRuntime]] = {
     "onnxruntime": OrtRuntime,
     "tensorrt": _tensorrt,  # native TensorRT 10 or 11 (engines.trt_runtime)
+    "triton": _triton,  # a Triton Inference Server over gRPC (engines.triton_runtime)
+}
+# Kinds whose runtimes share something (a server connection, the server's model index):
+# their factory is made once per run. Triton's serves what the server has and runs the
+# rest on the local ONNX Runtime.
+FACTORIES: dict[str, Callable[[RuntimeOptions, HostAllocator | None], RuntimeFactory]] = {
+    "triton": _triton_factory,
 }
 
 
@@ -35,6 +56,8 @@ def runtime_factory(options: RuntimeOptions | None = None,
         make = RUNTIMES[options.kind]
     except KeyError:
         raise ValueError(f"unknown runtime {options.kind!r}; known: {', '.join(sorted(RUNTIMES))}") from None
+    if options.kind in FACTORIES:
+        return FACTORIES[options.kind](options, allocator)
 
     def factory(path: str | os.PathLike[str]) -> InferenceRuntime:
         return make(path, options, allocator)
