@@ -5,6 +5,8 @@ import argparse
 import json
 
 from engines.runtime import parse_size
+from engines.runtime_registry import RUNTIMES
+from engines.triton_servers import normalize_url, split_urls
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
 
@@ -43,6 +45,13 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
     g.add_argument("--enhance-every", type=int, metavar="K",
                    help="with --enhance: run it every K-th frame per face, re-pasting its last result between")
     g.add_argument("--max-faces", type=int, metavar="N", help="swap at most N faces per frame")
+    g.add_argument("--runtime", choices=sorted(RUNTIMES),
+                   help="what runs the models: onnxruntime (default), tensorrt (native engines, built "
+                        "and cached), or triton (the models a Triton server serves, see --triton-url; "
+                        "the local ONNX Runtime for the rest)")
+    g.add_argument("--triton-url", metavar="URL[,URL...]",
+                   help="Triton servers' gRPC addresses (host:port, default port 8001), requests "
+                        "spread over those up; implies --runtime triton")
     g.add_argument("--max-vram", metavar="SIZE",
                    help="GPU runs: plan for at most SIZE of device memory (e.g. 1.5G, 800M; default: 85%% of "
                         "the card, within what is free); the plan is printed at the start")
@@ -201,6 +210,19 @@ def _size(flag: str, text: str | None) -> int | None:
         raise CliError(f"{flag} {exc}") from None
 
 
+def _runtime_overrides(kind: str | None, triton_url: str | None) -> dict[str, object]:
+    """runtime.kind and runtime.triton_urls from --runtime and --triton-url (which implies triton)."""
+    if triton_url is None:
+        return {"runtime.kind": kind}
+    try:
+        urls = [normalize_url(u) for u in split_urls(triton_url)]
+    except ValueError as exc:
+        raise CliError(f"--triton-url: {exc}") from None
+    if not urls:
+        raise CliError(f"--triton-url {triton_url!r} names no server (host:port[,host:port...])")
+    return {"runtime.kind": kind or "triton", "runtime.triton_urls": urls}
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     overrides = list(args.overrides)
     simple = {
@@ -210,6 +232,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "enhance.every": args.enhance_every, "enhance.enabled": True if args.enhance else None,
         "runtime.max_vram": _size("--max-vram", args.max_vram),
     }
+    simple.update(_runtime_overrides(getattr(args, "runtime", None), getattr(args, "triton_url", None)))
     overrides += [f"{k}={json.dumps(v)}" for k, v in simple.items() if v is not None]
     if args.reference:
         overrides.append(f"select.reference={json.dumps(args.reference)}")

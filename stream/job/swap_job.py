@@ -82,6 +82,7 @@ class SwapJob:
             enhancer.open()
             self.enhancer = enhancer
             self.notes.append(f"enhancer: {model_file.name}, every {cfg.enhance.every} frame(s) per face")
+        self.notes.extend(getattr(runtimes, "notes", ()))  # e.g. Triton: which models run locally
         for photo in self.source_paths:
             face = self.find_face(photo, "source photo")
             self.sources.append(face)
