@@ -30,10 +30,12 @@ make_demo_clip("clip.mp4", seconds=2.0, size=(640, 360))
 cv2.imwrite("face.png", astronaut())
 PY
 
-step "facestream --help, serve --help, models"
+step "facestream --help, serve --help, models, doctor"
 "$fs" --help > /dev/null
 "$fs" serve --help > /dev/null
 "$fs" models > /dev/null
+"$fs" doctor > doctor.txt || { cat doctor.txt; echo "doctor did not exit 0"; exit 1; }
+grep -q "^Plan for the default run" doctor.txt && grep -q "CUDA device" doctor.txt || { cat doctor.txt; exit 1; }
 step "swap --config fast"
 "$fs" swap --config fast --source face.png --input clip.mp4 --output fast.mp4 -q
 step "swap --config quality"

@@ -68,6 +68,9 @@ def run_demo(config: Config, out_dir: Path, seconds: float, quiet: bool = False,
         raise SinkError(f"{str(source)!r} cannot be written")
     job = SwapJob(config, [str(source)])
     job.open()
+    for note in job.notes:  # the engine, and on a GPU the VRAM plan
+        print(f"note: {note}")
+    job.notes.clear()
     print(f"swapping the astronaut into {frames} frames ...")
     result = run_swap(job, str(target), str(swapped), quiet=quiet, written=written)
     summarise(result, quiet, stats_json)
