@@ -119,10 +119,12 @@ def _place(src: Path, dst: Path, link: bool) -> Path:
 
 def _trtexec_line(name: str, spec: ModelSpec, max_batch: int) -> str:
     cmd = f"trtexec --onnx={name}/model.onnx --saveEngine={name}/1/model.plan --fp16"
+    if any(-1 in (t.dims[1:] if spec.batched else t.dims) for t in spec.inputs):
+        shapes = ", ".join(f"{t.name} {list(t.dims)}" for t in spec.inputs)
+        return (f"# {name}: its inputs have dynamic axes ({shapes}): add --minShapes/--optShapes/--maxShapes "
+                f"for the sizes you serve\n{cmd}")
     if not spec.batched:
         return cmd
-    if any(-1 in t.dims[1:] for t in spec.inputs):
-        return f"# {name}: inputs with dynamic axes past the batch: add --minShapes/--optShapes/--maxShapes\n{cmd}"
 
     def shapes(batch: int) -> str:
         return ",".join(f"{t.name}:{'x'.join(str(d) for d in (batch, *t.dims[1:]))}" for t in spec.inputs)

@@ -16,6 +16,7 @@ from stream.cli.demo import demo_face, run_demo
 from stream.cli.parser import CliError, build_parser, config_from_args
 from stream.cli.progress import Progress
 from stream.cli.swap_command import check_output, job_for, run_swap, summarise
+from stream.cli.triton_repo_command import cmd_triton_repo
 from stream.errors import StreamError
 from stream.job.assembly import Pipeline
 from stream.job.report import Written
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live,
-                "serve": cmd_serve, "doctor": cmd_doctor}
+                "serve": cmd_serve, "doctor": cmd_doctor, "triton-repo": cmd_triton_repo}
     args.written = written = Written()
     if args.command != "serve":  # the server handles its own signals on its event loop
         _stop_on_termination()

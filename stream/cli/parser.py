@@ -198,6 +198,26 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--sha256", metavar="HEX", help="expected sha256 of the file")
     fetch.add_argument("--models-dir", dest="fetch_dir", metavar="DIR",
                        help="folder to save into (default: --models-dir, else the per-user folder)")
+    triton = sub.add_parser(
+        "triton-repo", help="write a Triton Inference Server model repository for the model files found",
+        description="Writes DIR/<model>/config.pbtxt (max batch size where the file's batch axis is dynamic, "
+                    "dynamic batching, instance groups) and the model file for each catalog model found "
+                    "(--models-dir, $FACESTREAM_MODELS, the per-user folder), then prints how to start "
+                    "Triton on it. Backends: onnxruntime and tensorrt for NVIDIA's Triton container on "
+                    "GPUs; python runs the same ONNX files through ONNX Runtime on the CPU (the bundled "
+                    "tritonserver of tools/triton/env.py serves it).")
+    triton.add_argument("dir", metavar="DIR", help="the repository folder (created; our model folders replaced)")
+    triton.add_argument("--backend", choices=("onnxruntime", "tensorrt", "python"), default="onnxruntime",
+                        help="Triton backend (default onnxruntime)")
+    triton.add_argument("--models-dir", metavar="DIR", help="look for the model files here first")
+    triton.add_argument("--max-batch", type=int, default=8, metavar="N",
+                        help="max_batch_size of the models with a dynamic batch axis (default 8)")
+    triton.add_argument("--instances", type=int, default=1, metavar="N",
+                        help="model instances per GPU (or on the CPU) (default 1)")
+    triton.add_argument("--cpu", action="store_true", help="instances on the CPU (KIND_CPU) instead of GPUs")
+    triton.add_argument("--symlink", action="store_true",
+                        help="link the model files instead of copying them (a container then needs "
+                             "their folder mounted at the same path)")
     return parser
 
 
