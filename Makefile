@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deps check-install lint bench install clean
+.PHONY: demo test test-deps triton-env check-install lint bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	-@$(MAKE) --no-print-directory test-deps || echo "note: RTSP server or Chromium not installed; the tests that need them will be skipped"
+	-@$(MAKE) --no-print-directory triton-env || echo "note: the Triton server environment could not be built; the Triton tests will say why"
 	$(BIN)/python -m pytest -q
 
 # System packages the live tests need: a real RTSP server (GStreamer's, through the system
@@ -38,6 +39,12 @@ test-deps:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(SYSTEM_TEST_PACKAGES); \
 	fi
+
+# The Triton server's own environment (nvidia-pytriton's bundled tritonserver; it pins
+# numpy<2, so not in .venv): built once from tools/triton/requirements.txt with pip, cached
+# under ~/.cache/facestream (or $$FACESTREAM_TRITON_ENV); the Triton tests start it.
+triton-env: $(STAMP)
+	$(BIN)/python tools/triton/env.py
 
 # A normal (non-editable) install into a fresh venv, every command run from it (CI runs it).
 check-install: $(STAMP)
