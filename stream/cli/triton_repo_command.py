@@ -48,9 +48,10 @@ def cmd_triton_repo(args: argparse.Namespace) -> int:
     print("start the server:")
     where = repo.resolve()
     if args.backend == "python":
+        where_from = "" if ENV_SCRIPT.is_file() else " (in a facestream source checkout)"
         script = ENV_SCRIPT if ENV_SCRIPT.is_file() else Path("tools/triton/env.py")
         print(f"  python {script} serve {where}    # nvidia-pytriton's bundled tritonserver, "
-              "in an environment of its own (built on first use)")
+              f"in an environment of its own (built on first use){where_from}")
     else:
         if args.backend == "tensorrt":
             print(f"  # first build the plans on the GPU that will serve them:\n"
