@@ -4,6 +4,7 @@ the server on the same ports and leaves no process behind."""
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from pathlib import Path
 
@@ -124,3 +125,14 @@ def test_restart_on_the_same_ports_and_no_process_left(server: TritonServer) -> 
     server.start()
     assert server.grpc_url == grpc_url
     assert grpcclient.InferenceServerClient(grpc_url).is_model_ready("arcface_w600k_r50")
+
+
+def test_a_port_taken_before_the_server_binds_it_is_replaced(server: TritonServer) -> None:
+    other = TritonServer(server.repo)
+    taken = other.grpc_url
+    with socket.socket() as blocker:  # someone else binds the probed port first
+        blocker.bind(("127.0.0.1", other.grpc_port))
+        blocker.listen()
+        with other:
+            assert other.grpc_url != taken
+            assert grpcclient.InferenceServerClient(other.grpc_url).is_server_ready()
