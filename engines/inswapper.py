@@ -43,9 +43,12 @@ MASK_THRESHOLD = 20.0  # insightface: warped white above this counts as inside t
 @dataclass(frozen=True, eq=False)
 class InSwapBatch:
     """A frame's faces prepared for the model: rows 0..count-1 of the batch buffers hold their
-    target blobs and latents; `affines` are their frame->crop matrices, for the paste-back."""
+    target blobs and latents; `affines` are their frame->crop matrices, for the paste-back;
+    `latents` their source latents (a face whose crop an earlier face's paste changed is
+    swapped again from the frame as it then stands)."""
 
     affines: tuple[Affine, ...]
+    latents: tuple[Latent, ...] = ()
 
     @property
     def count(self) -> int:
@@ -202,8 +205,9 @@ class InSwapper:
                      latents: list[Latent]) -> list[SwapResult | None]:
         """Swap several faces of one frame; one model call when the export allows batches.
 
-        Each result is blended against the unmodified frame: where two regions overlap, the
-        face pasted last wins.
+        The faces are composited in order, as insightface's per-frame loop pastes them: each
+        result is blended onto the frame as it stands after the results before it, so pasting
+        the results in order gives that loop's frame (see `finish_batch`).
         """
         if len(kps5_list) != len(latents):
             raise ValueError(f"{len(kps5_list)} faces but {len(latents)} latents")
@@ -240,7 +244,7 @@ class InSwapper:
         for i, (kps5, latent) in enumerate(zip(kps5_list, latents)):
             affines.append(self.prepare_crop_into(frame_bgr, kps5, tgt[i]))
             src[i] = np.asarray(latent, np.float32).reshape(-1)
-        return InSwapBatch(tuple(affines))
+        return InSwapBatch(tuple(affines), tuple(latents))
 
     def forward_batch(self, batch: InSwapBatch, inputs: Mapping[str, np.ndarray],
                       outputs: Mapping[str, np.ndarray]) -> npt.NDArray[np.floating]:
@@ -271,9 +275,45 @@ class InSwapper:
 
     def finish_batch(self, frame_bgr: ImageBGR, batch: InSwapBatch,
                      pred: npt.NDArray[np.floating]) -> list[SwapResult | None]:
-        """Decode each face's output and blend it against `frame_bgr` (the CPU half after the model)."""
+        """Decode each face's output and composite the faces in order (the CPU half after the
+        model); `frame_bgr` is only read.
+
+        Face k is blended onto the frame as it stands after faces 0..k-1 (insightface's loop
+        `res = swapper.get(res, face, source)`), so a later face's soft mask edge never puts
+        original pixels back over an earlier swap: pasting the results in order gives that
+        loop's frame. Where an earlier face's paste changed the pixels face k's crop is read
+        from, face k is swapped again from the frame as it then stands (one more model call
+        for that face only); every other face keeps the batched output.
+        """
         crops = self.decode_output(pred[:batch.count])
-        return [self.blend_crop(frame_bgr, crop, M) for crop, M in zip(crops, batch.affines)]
+        results: list[SwapResult | None] = []
+        running: ImageBGR | None = None  # the frame with the results so far pasted, once two meet
+        for k, (crop, M) in enumerate(zip(crops, batch.affines)):
+            region = self.prepare_region(frame_bgr.shape, M)
+            earlier = [r for r in results if r is not None]
+            if running is None and region is not None and any(_meets(region, r.region) for r in earlier):
+                running = frame_bgr.copy()
+                for r in earlier:
+                    r.paste_into(running)
+            if running is not None and k < len(batch.latents):
+                crop = self._swap_again_if_changed(frame_bgr, running, crop, M, batch.latents[k])
+            result = self.blend_crop(frame_bgr if running is None else running, crop, M)
+            if result is not None and running is not None:
+                result.paste_into(running)
+            results.append(result)
+        return results
+
+    def _swap_again_if_changed(self, frame_bgr: ImageBGR, running: ImageBGR, crop: ImageBGR, M: Affine,
+                               latent: Latent) -> ImageBGR:
+        """`crop`, or the face swapped again when its input crop from the running frame differs
+        from the one the batch was made from."""
+        now = warp_crop(running, M, CROP_SIZE)
+        if np.array_equal(now, warp_crop(frame_bgr, M, CROP_SIZE)):
+            return crop
+        blob = np.empty((1, 3, CROP_SIZE, CROP_SIZE), np.float32)
+        np.multiply(now[:, :, ::-1].transpose(2, 0, 1), np.float32(1.0 / 255.0), out=blob[0],
+                    dtype=np.float32, casting="unsafe")
+        return self.decode_output(self.forward_blob(blob, latent))[0]
 
     # ---- paste-back, on the face's region only ----
 
@@ -327,6 +367,11 @@ class InSwapper:
     def paste(self, frame: ImageBGR, face: Face | None, result: SwapResult) -> None:
         """Write `result` into `frame` in place, inside `result.region` only (where valid)."""
         result.paste_into(frame)
+
+
+def _meets(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    """Whether two frame rectangles (x0, y0, x1, y1) share a pixel."""
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
 @functools.lru_cache(maxsize=8)

@@ -129,8 +129,10 @@ class Swapper(Protocol):
         ...
 
     def finish_batch(self, frame: ImageBGR, batch: Any, swapped: Any) -> list[SwapResult | None]:
-        """CPU work after the model: each face's result (as `forward_many` gives), blended
-        against `frame` as it was when the batch was prepared."""
+        """CPU work after the model: each face's result (as `forward_many` gives); `frame`
+        (as it was when the batch was prepared) is only read. Face k is blended onto the frame
+        as it stands after faces 0..k-1 are pasted, so pasting the results in order composites
+        them one after another (insightface's per-frame loop)."""
         ...
 
 

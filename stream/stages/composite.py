@@ -25,8 +25,8 @@ class CompositeWorker:
         swapped: SwappedFaces = item.payload
         pairs = swapped.results
         if pairs is None:
-            # Every result is blended against the frame before any is pasted (as forward_many):
-            # where two regions overlap, the face pasted last wins.
+            # Face k is blended onto the frame as it stands after faces 0..k-1 (insightface's
+            # loop): pasting the results in order gives that composite, seams-free.
             found = self.swapper.finish_batch(image, swapped.batch, swapped.output)
             pairs = tuple((face, res) for face, res in zip(swapped.faces, found) if res is not None)
         for face, result in pairs:

@@ -1,0 +1,115 @@
+"""Neural compositing order: the faces of a frame are composited one after another, each
+blended onto the frame as it stands after the faces before it (insightface's per-frame loop,
+`res = swapper.get(res, face, source, paste_back=True)`), with the batched model call kept.
+
+Four overlapping faces on one still: no original pixel re-appears inside an earlier face's
+paste, and the frame equals insightface's loop on the same synthetic models.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines.arcface import ArcFaceEmbedder
+from engines.inswapper import InSwapper
+from engines.ort_runtime import OrtRuntime
+from engines.region_warp import exact_scheme
+from stream.media.demo_clips import astronaut
+from tests.fixtures import make_arcface, make_inswapper
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # insightface 2.1 on skimage 0.26
+
+CPU = ["CPUExecutionProvider"]
+# The astronaut's five points (dlib's 68 reduced), and three more faces overlapping it.
+ASTRONAUT_KPS = np.float32([[219.3, 109.4], [265.4, 99.4], [247.7, 128.8], [227.4, 161.1], [270.9, 153.5]])
+SHIFTS = [(0, 0), (46, 28), (-38, 40), (20, -44)]
+
+
+def four_faces() -> list[np.ndarray]:
+    return [ASTRONAUT_KPS + np.float32(s) for s in SHIFTS]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("compositing_models")
+    make_arcface(d / "arcface.onnx", seed=1)
+    make_inswapper(d / "inswapper.onnx", seed=4)
+    make_inswapper(d / "inswapper_dyn.onnx", seed=6, batch=None)
+    return d
+
+
+def _latent(models: Path, swapper: InSwapper) -> np.ndarray:
+    emb = ArcFaceEmbedder(OrtRuntime(models / "arcface.onnx"))
+    emb.open()
+    return swapper.prepare_source(emb.forward(astronaut(), ASTRONAUT_KPS))
+
+
+def _insightface_loop(models: Path, model: str, image: np.ndarray, kps: list[np.ndarray]) -> np.ndarray:
+    from insightface.app.common import Face as IFace
+    from insightface.model_zoo import get_model
+
+    embedder = get_model(str(models / "arcface.onnx"), providers=CPU)
+    swapper = get_model(str(models / model), providers=CPU)
+    source = IFace(kps=ASTRONAUT_KPS)
+    embedder.get(astronaut(), source)
+    res = image.copy()
+    for k in kps:
+        res = swapper.get(res, IFace(kps=k), source, paste_back=True)
+    return res
+
+
+def restored_pixels(image: np.ndarray, results: list, jump: int = 8) -> int:
+    """Seam pixels: pixels that an earlier face's paste moved by at least `jump` grey levels
+    and that the later pastes set back to exactly the original."""
+    before = image.copy()
+    count = 0
+    for i, res in enumerate(results):
+        res.paste_into(before)
+        moved = np.abs(before.astype(np.int16) - image).max(axis=2) >= jump
+        after = before.copy()
+        for later in results[i + 1:]:
+            later.paste_into(after)
+        count += int(np.sum(moved & np.all(after == image, axis=2)))
+    return count
+
+
+@pytest.mark.parametrize("model, runs", [("inswapper_dyn.onnx", 1), ("inswapper.onnx", 4)])
+def test_overlapping_faces_composite_in_order(models: Path, model: str, runs: int) -> None:
+    image = astronaut()
+    kps = four_faces()
+    swapper = InSwapper(OrtRuntime(models / model))
+    swapper.open()
+    latent = _latent(models, swapper)
+    results = swapper.forward_many(image, kps, [latent] * len(kps))
+    assert all(r is not None for r in results)
+    # Later faces' input crops read pixels the earlier pastes changed: swapped again from the
+    # frame as it then stands, one call each, beside the one batched call (or the batch-1 loop).
+    assert runs <= swapper.calls <= runs + len(kps) - 1
+    frame = image.copy()
+    for r in results:
+        r.paste_into(frame)
+    assert restored_pixels(image, results) == 0
+    reference = _insightface_loop(models, model, image, kps)
+    diff = np.abs(frame.astype(np.int16) - reference.astype(np.int16))
+    if exact_scheme() is not None:
+        np.testing.assert_array_equal(frame, reference)
+    else:
+        assert diff.max() <= 1
+
+
+def test_faces_apart_keep_one_batched_call(models: Path) -> None:
+    """Faces whose regions do not meet are composited as before: one model call, each result
+    the face's own swap of the unmodified frame."""
+    image = np.concatenate([astronaut(), astronaut()], axis=1)
+    kps = [ASTRONAUT_KPS, ASTRONAUT_KPS + np.float32([512, 0])]
+    swapper = InSwapper(OrtRuntime(models / "inswapper_dyn.onnx"))
+    swapper.open()
+    latent = _latent(models, swapper)
+    many = swapper.forward_many(image, kps, [latent] * 2)
+    assert swapper.calls == 1
+    for k, got in zip(kps, many):
+        one = swapper.forward(image, k, latent)
+        assert got is not None and one is not None
+        np.testing.assert_array_equal(got.patch, one.patch)
