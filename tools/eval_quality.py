@@ -1,0 +1,147 @@
+"""Swap quality, measured: identity distance to the source, landmark shift, flicker, seams and
+swaps on things that are not faces, for one output clip or for the project's clip set.
+
+One clip (ground truth optional: without it the faces are those dlib finds in the input):
+
+    python tools/eval_quality.py --source photo.png --input in.mp4 --output out.mp4 [--truth in.json]
+
+The suite (clips made from installed pictures, `facestream swap` in fast, default and quality):
+
+    python tools/eval_quality.py --suite [--clips rotate,small] [--configs default] [--json PATH]
+
+Columns: dist before/after (dlib's 128-d embedding to the source photo; < 0.6 is the same
+person), closer (share of face samples whose distance went down), <0.6 (share under 0.6
+after), swapped (share of face samples changed at all), shift (landmark shift over swapped
+faces, inter-ocular units), flicker (frame-to-frame change inside the face boxes, output /
+input), seam (gradient along the swapped region's border, output / input at the same pixels),
+non-face (changed blobs away from every face, summed over frames). ArcFace distances are
+added when its model file (w600k_r50.onnx) is found by the model catalog.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import cv2  # noqa: E402
+
+from engines.catalog import locate  # noqa: E402
+from tools.quality.clips import SCENES  # noqa: E402
+from tools.quality.measure import MeasureError, Models, QualityReport, Reference  # noqa: E402
+from tools.quality.suite import CONFIGS, run_suite  # noqa: E402
+from tools.quality.truth import ClipTruth  # noqa: E402
+
+COLUMNS = (("clip", "clip", "{}"), ("config", "config", "{}"), ("faces", "faces", "{}"),
+           ("dist_before", "before", "{:.3f}"), ("dist_after", "after", "{:.3f}"),
+           ("closer", "closer", "{:.0%}"), ("under", "<0.6", "{:.0%}"), ("swapped", "swapped", "{:.0%}"),
+           ("landmark_shift", "shift", "{:.3f}"), ("flicker", "flicker", "{:.2f}"),
+           ("seam", "seam", "{:.2f}"), ("nonface_swaps", "non-face", "{}"))
+ARC_COLUMNS = (("arc_before", "arc before", "{:.3f}"), ("arc_after", "arc after", "{:.3f}"),
+               ("arc_closer", "arc closer", "{:.0%}"))
+
+
+def table(reports: list[QualityReport]) -> str:
+    columns = COLUMNS + (ARC_COLUMNS if any(r.arc_after is not None for r in reports) else ())
+    rows = [[title for _, title, _ in columns]]
+    for r in reports:
+        row = []
+        for key, _, fmt in columns:
+            value = getattr(r, key)
+            row.append("-" if value is None else fmt.format(value))
+        rows.append(row)
+    widths = [max(len(row[c]) for row in rows) for c in range(len(columns))]
+    lines = ["  ".join(cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths)))
+             for row in rows]
+    return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--source", help="the source photo the output was swapped with")
+    p.add_argument("--input", help="the input clip")
+    p.add_argument("--output", help="the swapped clip")
+    p.add_argument("--truth", help="the input's ground truth (JSON from the clip maker)")
+    p.add_argument("--label", default="", help="the config name shown in the table")
+    p.add_argument("--suite", action="store_true", help="make the clip set, swap it in each config, measure")
+    p.add_argument("--clips", help=f"suite: comma-separated clip names (default all: {', '.join(SCENES)})")
+    p.add_argument("--configs", default=",".join(CONFIGS), help="suite: configs to run (default %(default)s)")
+    p.add_argument("--workdir", help="suite: folder for the clips and outputs (default: a temp folder)")
+    p.add_argument("--make-clips", metavar="DIR", help="only write the clip set (and its ground truth) to DIR")
+    p.add_argument("--sample-every", type=int, default=5, help="identity measured every N-th frame (default 5)")
+    p.add_argument("--models-dir", help="where to look for ArcFace's w600k_r50.onnx (as facestream does)")
+    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    if args.sample_every < 1:
+        p.error(f"--sample-every must be >= 1, got {args.sample_every}")
+    if not (args.suite or args.make_clips) and not (args.source and args.input and args.output):
+        p.error("give --source, --input and --output, or --suite, or --make-clips DIR")
+    return args
+
+
+def one_clip(args: argparse.Namespace, models: Models) -> list[QualityReport]:
+    for flag in ("source", "input", "output", "truth"):
+        value = getattr(args, flag)
+        if value and not Path(value).is_file():
+            raise MeasureError(f"--{flag} {value}: no such file")
+    source = cv2.imread(args.source)
+    if source is None:
+        raise MeasureError(f"--source {args.source}: not a picture")
+    try:
+        truth = ClipTruth.load(args.truth) if args.truth else None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MeasureError(f"--truth {args.truth}: not a clip maker's ground truth ({exc})") from exc
+    ref = Reference(models, source, args.input, truth, sample_every=args.sample_every)
+    return [ref.compare(args.output, args.label)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        if args.make_clips:
+            from tools.quality.clips import make_clip_set
+
+            names = args.clips.split(",") if args.clips else None
+            for files in make_clip_set(args.make_clips, names):
+                print(f"{files.video}  {files.truth.name}  {files.source.name}")
+            return 0
+        arc_path = locate("arcface_w600k_r50", args.models_dir)
+        models = Models(arc_path)
+        started = time.monotonic()
+        if args.suite:
+            configs = tuple(c for c in args.configs.split(",") if c)
+            names = args.clips.split(",") if args.clips else None
+            if names:
+                unknown = [n for n in names if n not in SCENES]
+                if unknown:
+                    raise MeasureError(f"--clips: unknown clip {unknown[0]!r}; known: {', '.join(SCENES)}")
+            with tempfile.TemporaryDirectory(prefix="facestream-quality-") as tmp:
+                workdir = Path(args.workdir or tmp)
+                reports = run_suite(workdir, models, names, configs, args.sample_every,
+                                    on_report=lambda r: print(f"  {r.clip} / {r.config} measured",
+                                                              file=sys.stderr))
+        else:
+            reports = one_clip(args, models)
+    except MeasureError as exc:
+        print(f"eval_quality: {exc}", file=sys.stderr)
+        return 2
+    print(table(reports))
+    print(f"({len(reports)} outputs measured in {time.monotonic() - started:.0f} s; ArcFace: "
+          f"{arc_path if arc_path else 'model file not found, dlib only'})")
+    if args.json:
+        Path(args.json).write_text(json.dumps([dataclasses.asdict(r) for r in reports], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""One output clip against its input clip and source photo: the figures of tools/eval_quality.py.
+
+`Reference` holds what depends only on the source photo and the input clip (the source's
+embedding, each sampled input face's landmarks, embedding and distance), so one input is
+measured once against the outputs of several configs.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import av
+import cv2
+import dlib  # type: ignore[import-untyped]
+import numpy as np
+
+from engines.dlib_embedder import SAME_PERSON, DlibEmbedder
+from engines.dlib_landmarker import DlibLandmarker
+from engines.frame_views import FrameViews
+from tools.quality import metrics
+from tools.quality.truth import Box, ClipTruth, FrameTruth, grow, visible
+
+MIN_VISIBLE = 0.9  # a face less inside the frame than this is not measured for identity
+MIN_SIDE = 24  # px: smaller faces are not measured (their landmarks mean nothing)
+SWAPPED_SHARE = 0.3  # a face whose inner box changed this much was swapped
+
+
+class MeasureError(Exception):
+    """Bad input to the instrument (a file that cannot be read, clips that do not match)."""
+
+
+def read_frames(path: str | Path) -> Iterator[np.ndarray]:
+    try:
+        container = av.open(str(path))
+    except (av.error.FFmpegError, OSError) as exc:
+        raise MeasureError(f"{path}: cannot open the video ({exc})") from exc
+    with container:
+        for frame in container.decode(video=0):
+            yield frame.to_ndarray(format="bgr24")
+
+
+@dataclass
+class FaceSample:
+    landmarks: np.ndarray
+    embedding: np.ndarray
+    distance: float
+    arc_distance: float | None = None
+
+
+class Models:
+    """dlib's detector, 68-point landmarks and embedding; ArcFace when given its file."""
+
+    def __init__(self, arcface_path: Path | None = None) -> None:
+        self.detector = dlib.get_frontal_face_detector()
+        self.landmarker = DlibLandmarker()
+        self.embedder = DlibEmbedder()
+        self.arcface = None
+        if arcface_path is not None:
+            from engines.arcface import ArcFaceEmbedder
+            from engines.ort_runtime import OrtRuntime
+
+            self.arcface = ArcFaceEmbedder(OrtRuntime(arcface_path))
+
+    def detect(self, image: np.ndarray, upsample: int = 1) -> list[Box]:
+        grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+        rects = self.detector(grey, upsample)
+        return [(float(r.left()), float(r.top()), float(r.right() + 1), float(r.bottom() + 1)) for r in rects]
+
+    def landmarks(self, image: np.ndarray, box: Box) -> np.ndarray:
+        return self.landmarker.forward(FrameViews(image), box)
+
+    def embed(self, image: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
+        return self.embedder.forward(image, landmarks)
+
+    def arc_embed(self, image: np.ndarray, landmarks: np.ndarray) -> np.ndarray | None:
+        return None if self.arcface is None else self.arcface.forward(image, landmarks)
+
+    def arc_distance(self, a: np.ndarray | None, b: np.ndarray | None) -> float | None:
+        if self.arcface is None or a is None or b is None:
+            return None
+        return self.arcface.distance(a, b)
+
+
+@dataclass
+class QualityReport:
+    """The figures for one output clip (None where nothing could be measured)."""
+
+    clip: str
+    config: str
+    frames: int
+    faces: int  # face samples measured for identity
+    dist_before: float | None = None
+    dist_after: float | None = None
+    closer: float | None = None  # share of face samples whose distance went down
+    under: float | None = None  # share of face samples under dlib's 0.6 after the swap
+    arc_before: float | None = None
+    arc_after: float | None = None
+    arc_closer: float | None = None
+    swapped: float | None = None  # share of face samples whose face changed at all
+    landmark_shift: float | None = None  # inter-ocular units, over swapped face samples
+    flicker: float | None = None  # output's frame-to-frame change in face boxes / input's
+    seam: float | None = None  # gradient along the swapped region's border: output / input
+    nonface_swaps: int = 0  # changed blobs away from every face, summed over frames
+    patch_hits: dict[str, int] = field(default_factory=dict)  # frames each named non-face was changed
+    occluder_overpaint: float | None = None  # share of occluder pixels in front of a face changed
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+class Reference:
+    """The source photo and an input clip, measured once."""
+
+    def __init__(self, models: Models, source: np.ndarray, input_path: str | Path,
+                 truth: ClipTruth | None = None, sample_every: int = 5, name: str = "") -> None:
+        self.models = models
+        self.input_path = Path(input_path)
+        self.name = name or self.input_path.stem
+        self.sample_every = sample_every
+        boxes = models.detect(source)
+        if not boxes:
+            raise MeasureError("the source photo: no face found in it")
+        box = max(boxes, key=lambda b: (b[2] - b[0]) * (b[3] - b[1]))
+        lm = models.landmarks(source, box)
+        self.source_embedding = models.embed(source, lm)
+        self.source_arc = models.arc_embed(source, lm)
+        self.truth: list[FrameTruth] = []
+        self.samples: dict[tuple[int, int], FaceSample] = {}
+        for i, frame in enumerate(read_frames(self.input_path)):
+            ft = truth.frames[i] if truth and i < len(truth.frames) else FrameTruth(tuple(models.detect(frame)))
+            self.truth.append(ft)
+            if i % sample_every == 0:
+                self._sample(i, frame, ft)
+        if truth is not None and len(truth.frames) != len(self.truth):
+            raise MeasureError(f"{self.input_path}: {len(self.truth)} frames but its ground truth has "
+                               f"{len(truth.frames)}")
+
+    def measurable(self, frame: np.ndarray, box: Box) -> bool:
+        return (visible(box, (frame.shape[1], frame.shape[0])) >= MIN_VISIBLE
+                and min(box[2] - box[0], box[3] - box[1]) >= MIN_SIDE)
+
+    def _sample(self, i: int, frame: np.ndarray, ft: FrameTruth) -> None:
+        for k, box in enumerate(ft.faces):
+            if not self.measurable(frame, box):
+                continue
+            lm = self.models.landmarks(frame, box)
+            emb = self.models.embed(frame, lm)
+            arc = self.models.arc_embed(frame, lm)
+            self.samples[(i, k)] = FaceSample(
+                lm, emb, self.models.embedder.distance(self.source_embedding, emb),
+                self.models.arc_distance(self.source_arc, arc))
+
+    def compare(self, output_path: str | Path, config: str = "") -> QualityReport:
+        """The figures for `output_path`, a swap of this input (same frame count)."""
+        before: list[float] = []
+        after: list[float] = []
+        arc_before: list[float] = []
+        arc_after: list[float] = []
+        shifts: list[float] = []
+        swapped: list[float] = []
+        flicker_out = flicker_in = 0.0
+        seam_out: list[float] = []
+        seam_in: list[float] = []
+        strays = 0
+        hits: dict[str, int] = {}
+        overpaint: list[float] = []
+        prev_in: np.ndarray | None = None
+        prev_out: np.ndarray | None = None
+        n = 0
+        inputs = read_frames(self.input_path)
+        for i, out in enumerate(read_frames(output_path)):
+            inp = next(inputs, None)
+            if inp is None or i >= len(self.truth):
+                raise MeasureError(f"{output_path}: more frames than the input's {len(self.truth)}")
+            if inp.shape != out.shape:
+                raise MeasureError(f"{output_path}: frames of {out.shape[1]}x{out.shape[0]}, the input's are "
+                                   f"{inp.shape[1]}x{inp.shape[0]}")
+            n += 1
+            ft = self.truth[i]
+            changed = metrics.changed_mask(inp, out)
+            for k, box in enumerate(ft.faces):
+                if prev_in is not None and prev_out is not None:
+                    m_in, m_out = metrics.box_motion(prev_in, inp, box), metrics.box_motion(prev_out, out, box)
+                    if m_in is not None and m_out is not None:
+                        flicker_in += m_in
+                        flicker_out += m_out
+                sample = self.samples.get((i, k))
+                if sample is None:
+                    continue
+                was_swapped = metrics.changed_share(changed, grow(box, 0.6)) >= SWAPPED_SHARE
+                swapped.append(1.0 if was_swapped else 0.0)
+                lm = self.models.landmarks(out, box)
+                d = self.models.embedder.distance(self.source_embedding, self.models.embed(out, lm))
+                before.append(sample.distance)
+                after.append(d)
+                arc = self.models.arc_distance(self.source_arc, self.models.arc_embed(out, lm))
+                if sample.arc_distance is not None and arc is not None:
+                    arc_before.append(sample.arc_distance)
+                    arc_after.append(arc)
+                if was_swapped:
+                    shifts.append(metrics.landmark_shift(sample.landmarks, lm))
+                    seam = metrics.seam_strength(inp, out, box)
+                    if seam is not None:
+                        seam_out.append(seam[0])
+                        seam_in.append(seam[1])
+            for blob in metrics.stray_swaps(changed, ft.faces):
+                strays += 1
+                for patch in ft.nonfaces:
+                    if _overlap(blob, patch.box):
+                        hits[patch.kind] = hits.get(patch.kind, 0) + 1
+            for occ in ft.occluders:
+                share = metrics.occluder_overpaint(changed, ft.faces, occ.box)
+                if share is not None:
+                    overpaint.append(share)
+            prev_in, prev_out = inp, out
+        if n != len(self.truth):
+            raise MeasureError(f"{output_path}: {n} frames, the input has {len(self.truth)}")
+        pairs = list(zip(before, after))
+        arc_pairs = list(zip(arc_before, arc_after))
+        return QualityReport(
+            clip=self.name, config=config, frames=n, faces=len(pairs),
+            dist_before=_mean(before), dist_after=_mean(after),
+            closer=_mean([1.0 if a < b else 0.0 for b, a in pairs]),
+            under=_mean([1.0 if a < SAME_PERSON else 0.0 for a in after]),
+            arc_before=_mean(arc_before), arc_after=_mean(arc_after),
+            arc_closer=_mean([1.0 if a < b else 0.0 for b, a in arc_pairs]),
+            swapped=_mean(swapped), landmark_shift=_mean(shifts),
+            flicker=(flicker_out / flicker_in if flicker_in > 0 else (1.0 if flicker_out == 0 else None)),
+            seam=(sum(seam_out) / sum(seam_in) if seam_in and sum(seam_in) > 0 else None),
+            nonface_swaps=strays, patch_hits=hits,
+            occluder_overpaint=_mean(overpaint))
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
