@@ -56,3 +56,10 @@ def test_serve_without_a_repository_folder_is_one_line(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr == f"error: model repository {tmp_path / 'missing'}: not a folder\n"
+
+
+def test_a_folder_that_is_not_a_venv_is_never_removed(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(TritonEnvError, match="exists and is not a virtualenv"):
+        ensure_env(tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -134,7 +134,10 @@ def ensure_env(env: Path | None = None, timeout: float = INSTALL_TIMEOUT_S) -> P
         if (env / STAMP).is_file():  # another process built it while we waited
             return env
         facts = _python_facts(python)
-        if env.exists():
+        if env.exists():  # an unfinished build (no stamp) is started over; anything else is not ours
+            if any(env.iterdir()) and not (env / "pyvenv.cfg").is_file():
+                raise TritonEnvError(f"Triton env: {env} exists and is not a virtualenv; name an empty or new "
+                                     f"folder (FACESTREAM_TRITON_ENV)")
             shutil.rmtree(env)
         _run([python, "-m", "venv", str(env)], "creating the venv", deadline)
         _run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
