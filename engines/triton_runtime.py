@@ -26,7 +26,7 @@ import numpy as np
 from engines.catalog import CATALOG
 from engines.errors import EngineError, ModelNotFound
 from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec
-from engines.triton_servers import Server, TritonServers, is_gone, reason
+from engines.triton_servers import Server, TritonServers, is_going, is_gone, reason, status_of
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +189,7 @@ class TritonRuntime:
             if (ins, outs, batch) != (self.inputs, self.outputs, self.max_batch):
                 raise EngineError(f"triton: model {self.model!r} differs between {url} and {other} "
                                   f"(tensors or max_batch_size)")
+        servers.models.add(self.model)
         for server, exc in unreachable:
             servers.mark_down(server, exc)
         self._open = True
@@ -303,12 +304,13 @@ class TritonRuntime:
                     server.client.async_infer(self.model, inputs, request.callback, outputs=wanted,
                                               client_timeout=left)
             except Exception as exc:
-                if is_gone(exc):
+                if is_gone(exc) or is_going(exc):
                     self.servers.mark_down(server, exc)
                     continue
                 raise EngineError(f"triton {server.url}: model {self.model!r}: {reason(exc)}") from exc
             with self._count:
                 self.requests += 1
+                server.requests += 1
             return request
 
     def _answer(self, feeds: dict[str, np.ndarray], names: list[str], request: _Request,
@@ -322,11 +324,12 @@ class TritonRuntime:
             error = request.error
             if error is None:
                 return {n: np.array(request.result.as_numpy(n)) for n in names}
-            if is_gone(error) or not server.up:  # refused, reset, or cancelled by our reconnect
+            # refused, reset, the model unloaded by a server shutting down, or cancelled by our reconnect
+            if is_gone(error) or is_going(error) or not server.up:
                 self.servers.mark_down(server, error)
                 request = self._send(feeds, names, deadline)
                 continue
-            if "DEADLINE_EXCEEDED" in str(getattr(error, "status", lambda: "")()):
+            if status_of(error) == "StatusCode.DEADLINE_EXCEEDED":
                 raise EngineError(f"triton {server.url}: model {self.model!r} did not answer within "
                                   f"{self.options.triton_timeout:g} s")
             raise EngineError(f"triton {server.url}: model {self.model!r}: {reason(error)}")

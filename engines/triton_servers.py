@@ -72,12 +72,22 @@ def split_urls(value: str | list[str] | tuple[str, ...] | None) -> list[str]:
     return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
 
 
-def is_gone(error: Exception) -> bool:
+def status_of(error: BaseException) -> str:
+    """A tritonclient error's gRPC status ("StatusCode.UNAVAILABLE"), or ""."""
+    status = getattr(error, "status", None)
+    return str(status() or "") if callable(status) else ""
+
+
+def is_gone(error: BaseException) -> bool:
     """Whether a tritonclient error means the server is not there (as opposed to a refusal
     of this request by a server that answered)."""
-    status = getattr(error, "status", None)
-    code = status() if callable(status) else None
-    return code == "StatusCode.UNAVAILABLE"
+    return status_of(error) == "StatusCode.UNAVAILABLE"
+
+
+def is_going(error: BaseException) -> bool:
+    """A server that no longer has a model it served: one shutting down (it unloads its
+    models, answering NOT_FOUND, before its port closes) or an operator's unload."""
+    return status_of(error) == "StatusCode.NOT_FOUND"
 
 
 def reason(error: BaseException) -> str:
@@ -85,7 +95,7 @@ def reason(error: BaseException) -> str:
     message = getattr(error, "message", None)
     text = message() if callable(message) else str(error)
     text = (text or type(error).__name__).strip().splitlines()[0]
-    return text.removeprefix("[StatusCode.UNAVAILABLE] ")
+    return text
 
 
 class Server:
@@ -96,6 +106,7 @@ class Server:
         self._connect = connect
         self.client: Any = connect(url)
         self.up = True
+        self.requests = 0  # requests sent to it
         self.down_since = 0.0
         self.why = ""
         # tritonclient's async_infer keeps the call it starts in an attribute of the client
@@ -129,6 +140,7 @@ class TritonServers:
         self.timeout = timeout
         self.servers = [Server(normalize_url(u), connect) for u in dict.fromkeys(urls)]
         self.outages = 0  # servers lost so far (each loss counts once, however long)
+        self.models: set[str] = set()  # the models in use: a server is back when it serves them all
         self._next = 0
         self._cond = threading.Condition()
         self._closed = threading.Event()
@@ -171,7 +183,7 @@ class TritonServers:
             others = sum(s.up for s in self.servers)
             then = (f"requests go to the other {others} server(s)" if others else
                     f"requests wait up to {self.timeout:g} s for it")
-            log.warning("triton %s: unreachable (%s); retrying, %s", server.url, server.why, then)
+            log.warning("triton %s: unavailable (%s); retrying, %s", server.url, server.why, then)
             if self._prober is None or not self._prober.is_alive():
                 self._prober = threading.Thread(target=self._probe_loop, name="fs-triton-probe", daemon=True)
                 self._prober.start()
@@ -200,7 +212,15 @@ class TritonServers:
     def _ready(self, server: Server) -> bool:
         try:
             server.reconnect()  # a fresh channel: the old one may sit in gRPC's own backoff
-            return bool(server.client.is_server_ready(client_timeout=PROBE_TIMEOUT_S))
+            client = server.client
+            if not client.is_server_ready(client_timeout=PROBE_TIMEOUT_S):
+                server.why = "not ready"
+                return False
+            for model in sorted(self.models):
+                if not client.is_model_ready(model, client_timeout=PROBE_TIMEOUT_S):
+                    server.why = f"model {model!r} not ready"
+                    return False
+            return True
         except Exception as exc:  # any failure is "not back yet"; the reason is kept for the error
             server.why = reason(exc)
             return False

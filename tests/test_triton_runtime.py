@@ -1,0 +1,329 @@
+"""TritonRuntime against the real bundled Triton server (tests.fixtures.triton): the same
+answers as the local runtime, tensors checked against the ONNX file, requests spread over
+the servers up, a server gone retried and reported once, batching across processes, and
+`--runtime triton --triton-url` from the command line."""
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pytest
+
+from engines.errors import EngineError
+from engines.ort_runtime import OrtRuntime
+from engines.runtime import RuntimeOptions
+from engines.runtime_registry import runtime_factory
+from engines.triton_runtime import TritonRuntime, model_name
+from stream.cli.main import main
+from tests.fixtures import build_scrfd_model, make_arcface, make_clip, make_fan, make_inswapper, window_frame
+from tests.fixtures.rtsp import free_port
+from tests.fixtures.triton import TritonServer, triton_repo_server
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_BATCH = 16
+FILES = {"scrfd_10g": "det_10g.onnx", "arcface_w600k_r50": "w600k_r50.onnx", "inswapper_128": "inswapper_128.onnx"}
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("models")
+    build_scrfd_model(folder / "det_10g.onnx", seed=3)
+    make_arcface(folder / "w600k_r50.onnx", seed=4)
+    make_inswapper(folder / "inswapper_128.onnx", seed=5, batch=None)  # dynamic batch: Triton batches it
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterator[TritonServer]:
+    # max batch 16: two workers' requests of a frame's faces (up to 8 each) fit one batch
+    with triton_repo_server(tmp_path_factory, {name: models_dir / f for name, f in FILES.items()},
+                            max_batch=MAX_BATCH) as srv:
+        yield srv
+
+
+def _options(*urls: str, timeout: float = 30.0) -> RuntimeOptions:
+    return RuntimeOptions(kind="triton", triton_urls=list(urls), triton_timeout=timeout, intra_threads=1)
+
+
+def _feeds(runtime: OrtRuntime, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in runtime.inputs:
+        shape = [batch if i == 0 and d is None else (d or 160) for i, d in enumerate(spec.shape)]
+        feeds[spec.name] = rng.random(shape, dtype=np.float32)
+    return feeds
+
+
+# -- without a server ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("given", "expected"), [
+    (["127.0.0.1:8001"], ["127.0.0.1:8001"]),
+    (["gpu-a"], ["gpu-a:8001"]),
+    (["grpc://gpu-a:9001/"], ["gpu-a:9001"]),
+    ("gpu-a:8001, gpu-b:8001", ["gpu-a:8001", "gpu-b:8001"]),  # a YAML string of several
+    (["[::1]:8001"], ["[::1]:8001"]),
+])
+def test_triton_urls_are_normalised(given: list[str] | str, expected: list[str]) -> None:
+    assert RuntimeOptions(kind="triton", triton_urls=given).triton_urls == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("urls", "says"), [
+    (["http://gpu-a:8000"], "not an HTTP URL"),
+    (["gpu-a:99999"], "port '99999' must be a number from 1 to 65535"),
+    (["gpu-a:port"], "port 'port'"),
+    ([":8001"], "has no host"),
+    (["gpu a:8001"], "must look like host:port"),
+    ([], "runtime.kind triton needs runtime.triton_urls"),
+])
+def test_bad_triton_urls_are_one_line_errors(urls: list[str], says: str) -> None:
+    with pytest.raises(ValueError, match=None) as err:
+        RuntimeOptions(kind="triton", triton_urls=urls)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_bad_triton_url_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = main(["swap", "--source", "a.png", "--input", "b.mp4", "--output", str(tmp_path / "c.mp4"),
+                 "--triton-url", "127.0.0.1:8001,http://gpu-b:8000"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "\n" not in err
+    assert "--triton-url" in err and "'http://gpu-b:8000'" in err and "not an HTTP URL" in err
+
+
+@pytest.mark.parametrize(("file", "name"), [
+    ("det_10g.onnx", "scrfd_10g"), ("w600k_r50.onnx", "arcface_w600k_r50"), ("inswapper_128.onnx", "inswapper_128"),
+    ("gfpgan_1.4.onnx", "gfpgan_1.4"), ("2dfan4.onnx", "2dfan4"), ("my_model.onnx", "my_model"),
+])
+def test_model_name_on_the_server_is_the_catalog_name(file: str, name: str) -> None:
+    assert model_name(Path("/models") / file) == name
+
+
+def test_importing_engines_imports_no_tritonclient() -> None:
+    code = ("import sys, engines.registry, engines.runtime_registry, engines.runtime, stream.cli.parser; "
+            "print('tritonclient' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# -- against the server ----------------------------------------------------------------
+
+def test_answers_are_the_local_runtimes(server: TritonServer, models_dir: Path) -> None:
+    for name, file in FILES.items():
+        local = OrtRuntime(models_dir / file, RuntimeOptions(intra_threads=1))
+        local.open()
+        remote = TritonRuntime(models_dir / file, _options(server.grpc_url))
+        remote.open()
+        try:
+            assert remote.model == name
+            assert [s.name for s in remote.inputs] == [s.name for s in local.inputs]
+            assert [s.name for s in remote.outputs] == [s.name for s in local.outputs]
+            feeds = _feeds(local, batch=1)
+            want, got = local.run(feeds), remote.run(feeds)
+            assert set(got) == set(want)
+            for key in want:
+                np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5)
+        finally:
+            remote.close()
+            local.close()
+
+
+def test_a_batch_above_the_servers_max_is_sent_as_several_requests(server: TritonServer, models_dir: Path) -> None:
+    local = OrtRuntime(models_dir / "inswapper_128.onnx", RuntimeOptions(intra_threads=1))
+    local.open()
+    remote = TritonRuntime(models_dir / "inswapper_128.onnx", _options(server.grpc_url))
+    remote.open()
+    assert remote.max_batch == MAX_BATCH and remote.inputs[0].shape[0] is None
+    n = MAX_BATCH + 3
+    feeds = _feeds(local, batch=n, seed=1)
+    got = remote.run(feeds)["output"]
+    assert got.shape == (n, 3, 128, 128)
+    np.testing.assert_allclose(got, local.run(feeds)["output"], rtol=1e-5, atol=1e-5)
+    assert (remote.calls, remote.requests) == (1, 2)  # 16 + 3, both in flight at once
+    out = np.zeros((n, 3, 128, 128), np.float32)
+    assert remote.run_into(feeds, {"output": out})["output"] is out and np.array_equal(out, got)
+    remote.close()
+
+
+def test_tensors_that_differ_from_the_onnx_file_are_a_one_line_error(server: TritonServer, tmp_path: Path) -> None:
+    make_arcface(tmp_path / "w600k_r50.onnx", seed=4, size=96)  # the server's takes 112x112
+    make_inswapper(tmp_path / "inswapper_128.onnx", batch=None, names=("target", "latent", "output"))
+    with pytest.raises(EngineError) as err:
+        TritonRuntime(tmp_path / "w600k_r50.onnx", _options(server.grpc_url)).open()
+    text = str(err.value)
+    assert "\n" not in text and "'arcface_w600k_r50'" in text and "input 'input.1'" in text
+    assert "FP32 [?,3,112,112] on the server but FP32 [?,3,96,96] in the ONNX file" in text
+    with pytest.raises(EngineError) as err:
+        TritonRuntime(tmp_path / "inswapper_128.onnx", _options(server.grpc_url)).open()
+    assert "'inswapper_128' has no input 'latent'" in str(err.value)
+
+
+def test_a_model_the_server_lacks_is_a_one_line_error(server: TritonServer, tmp_path: Path) -> None:
+    make_fan(tmp_path / "2dfan4.onnx")
+    with pytest.raises(EngineError) as err:
+        TritonRuntime(tmp_path / "2dfan4.onnx", _options(server.grpc_url)).open()
+    text = str(err.value)
+    assert "\n" not in text and f"triton {server.grpc_url}: does not serve model '2dfan4'" in text
+    assert "it serves: arcface_w600k_r50, inswapper_128, scrfd_10g" in text
+
+
+def test_the_factory_serves_what_the_server_has_and_runs_the_rest_locally(server: TritonServer, models_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    make_fan(tmp_path / "2dfan4.onnx")
+    factory = runtime_factory(_options(server.grpc_url))
+    swapper, fan = factory(models_dir / "inswapper_128.onnx"), factory(tmp_path / "2dfan4.onnx")
+    assert isinstance(swapper, TritonRuntime) and isinstance(fan, OrtRuntime)
+    notes = factory.notes  # type: ignore[attr-defined]
+    assert notes == [f"triton {server.grpc_url} does not serve '2dfan4': 2dfan4.onnx runs on the local ONNX Runtime"]
+    fan.open()
+    fan.run({"input": np.zeros((1, 3, 256, 256), np.float32)})
+
+
+def test_a_server_that_is_not_there_fails_at_once(models_dir: Path) -> None:
+    url = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(EngineError) as err:
+        TritonRuntime(models_dir / "w600k_r50.onnx", _options(url)).open()
+    assert time.monotonic() - started < 10  # refused: no wait for the 30 s timeout
+    assert f"triton {url}: cannot reach a server for model 'arcface_w600k_r50'" in str(err.value)
+    with pytest.raises(EngineError, match=f"triton {url}: cannot connect"):
+        runtime_factory(_options(url))(models_dir / "w600k_r50.onnx")
+
+
+def test_requests_are_spread_over_the_servers_up(server: TritonServer, models_dir: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    port = server.grpc_url.rsplit(":", 1)[1]
+    dead = f"127.0.0.1:{free_port()}"
+    remote = TritonRuntime(models_dir / "w600k_r50.onnx", _options(server.grpc_url, f"localhost:{port}", dead))
+    with caplog.at_level(logging.WARNING, logger="engines.triton_servers"):
+        remote.open()
+        blob = np.zeros((2, 3, 112, 112), np.float32)
+        for _ in range(10):
+            remote.run({"input.1": blob})
+    sent = {s.url: s.requests for s in remote.servers.servers}
+    assert sent == {server.grpc_url: 5, f"localhost:{port}": 5, dead: 0}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith(f"triton {dead}: unavailable (")
+    assert "requests go to the other 2 server(s)" in lines[0]
+    remote.close()
+
+
+# -- from the command line, in processes -----------------------------------------------
+
+def _frames(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+
+
+def _swap_args(clip: Path, photo: Path, out: Path, models: Path, *extra: str) -> list[str]:
+    return ["swap", "--source", str(photo), "--input", str(clip), "--output", str(out), "--engine", "neural",
+            "--models-dir", str(models), "--x264-preset", "ultrafast", "-q", "--set", "runtime.intra_threads=1",
+            *extra]
+
+
+def test_a_swap_through_triton_is_the_local_swap_frame_for_frame(server: TritonServer, models_dir: Path,
+                                                                long_clip: Path, source_photo: Path,
+                                                                tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    before = server.statistics("inswapper_128")["inference_count"]
+    local, remote = tmp_path / "local.mp4", tmp_path / "triton.mp4"
+    assert main(_swap_args(long_clip, source_photo, local, models_dir)) == 0
+    assert main(_swap_args(long_clip, source_photo, remote, models_dir, "--runtime", "triton",
+                           "--triton-url", server.grpc_url)) == 0
+    assert server.statistics("inswapper_128")["inference_count"] > before  # the faces went through Triton
+    a, b = _frames(local), _frames(remote)
+    assert len(a) == len(b) > 0
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    said = capsys.readouterr()
+    assert "runs on the local ONNX Runtime" not in said.out + said.err
+
+
+def test_wrong_url_and_mismatched_model_are_one_line_errors_exit_1(server: TritonServer, face_clip: Path,
+                                                                   source_photo: Path, models_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in FILES.values():
+        (other / f).symlink_to(models_dir / f)
+    (other / "w600k_r50.onnx").unlink()
+    make_arcface(other / "w600k_r50.onnx", seed=4, size=96)  # the server's takes 112x112
+    cases = [(f"127.0.0.1:{free_port()}", models_dir, "cannot connect"),
+             (server.grpc_url, other, "model 'arcface_w600k_r50' input 'input.1' is FP32 [?,3,112,112] on the "
+                                      "server but FP32 [?,3,96,96] in the ONNX file")]
+    for url, models, says in cases:
+        proc = subprocess.run([sys.executable, "-m", "stream.cli",
+                               *_swap_args(face_clip, source_photo, tmp_path / "x.mp4", models, "--triton-url", url)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        err = proc.stderr.strip()
+        assert proc.returncode == 1, err
+        assert len(err.splitlines()) == 1 and says in err and "Traceback" not in err
+
+
+LONG_FRAMES = 100
+
+
+def _sparse_frame(i: int) -> np.ndarray:
+    """Two faces of the group picture, small, on grey, moving: the stand-in detector finds a
+    few faces here (on the whole picture it finds a hundred, and the run is slow)."""
+    face = window_frame(0)
+    frame = np.full((320, 320, 3), 128, np.uint8)
+    frame[53 + i % 20:133 + i % 20, 53:133] = cv2.resize(face[100:220, 100:220], (80, 80))
+    frame[160:240, 160 + i % 20:240 + i % 20] = cv2.resize(face[250:370, 300:420], (80, 80))
+    return cv2.GaussianBlur(frame, (0, 0), 4)
+
+
+@pytest.fixture(scope="module")
+def long_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("clips") / "long.mp4"
+    make_clip(path, _sparse_frame, n=LONG_FRAMES, fps=25, audio=False, options=None)
+    return path
+
+
+def _worker(clip: Path, photo: Path, out: Path, models: Path, url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "stream.cli", *_swap_args(clip, photo, out, models,
+                                                                              "--triton-url", url)],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_two_workers_share_one_server_and_their_requests_are_batched_together(
+        server: TritonServer, models_dir: Path, long_clip: Path, source_photo: Path, tmp_path: Path) -> None:
+    before = server.statistics("inswapper_128")
+    workers = [_worker(long_clip, source_photo, tmp_path / f"w{i}.mp4", models_dir, server.grpc_url) for i in range(2)]
+    for w in workers:
+        _, err = w.communicate(timeout=240)
+        assert w.returncode == 0, err
+    after = server.statistics("inswapper_128")
+    requests = (after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"])
+    executions = after["execution_count"] - before["execution_count"]
+    # One worker has one inswapper request in flight at a time (its swap stage waits for
+    # each): fewer executions than requests means requests of both ran in one batch.
+    assert requests >= 2 * LONG_FRAMES and executions < requests, (requests, executions)
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_server_restarted_mid_run_is_reported_once_and_the_run_finishes(
+        server: TritonServer, models_dir: Path, long_clip: Path, source_photo: Path, tmp_path: Path, how: str) -> None:
+    """Stopped (it unloads its models, then closes its port) or killed (a crash): either way
+    one line when it goes, one when it is back, and every frame of the run is written."""
+    out = tmp_path / "restarted.mp4"
+    start = server.statistics("inswapper_128")["inference_count"]
+    worker = _worker(long_clip, source_photo, out, models_dir, server.grpc_url)
+    deadline = time.monotonic() + 120
+    while server.statistics("inswapper_128")["inference_count"] == start:  # the run is under way
+        assert worker.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    server.stop() if how == "stop" else server.kill()
+    time.sleep(1.0)
+    server.start()
+    _, err = worker.communicate(timeout=240)
+    assert worker.returncode == 0, err
+    lost = [line for line in err.splitlines() if "unavailable" in line]
+    back = [line for line in err.splitlines() if "back after" in line]
+    assert len(lost) == 1 and f"triton {server.grpc_url}: unavailable" in lost[0], err
+    assert len(back) == 1 and f"triton {server.grpc_url}: back after" in back[0], err
+    assert len(_frames(out)) == LONG_FRAMES
+    assert server.statistics("inswapper_128")["inference_count"] > 0  # the restarted server served the rest
