@@ -9,12 +9,13 @@ The suite (clips made from installed pictures, `facestream swap` in fast, defaul
 
     python tools/eval_quality.py --suite [--clips rotate,small] [--configs default] [--json PATH]
 
-Columns: dist before/after (dlib's 128-d embedding to the source photo; < 0.6 is the same
-person), closer (share of face samples whose distance went down), <0.6 (share under 0.6
-after), swapped (share of face samples changed at all), shift (landmark shift over swapped
-faces, inter-ocular units), flicker (frame-to-frame change inside the face boxes, output /
-input), seam (gradient along the swapped region's border, output / input at the same pixels),
-non-face (changed blobs away from every face, summed over frames). ArcFace distances are
+Columns: before/after (mean distance of dlib's 128-d embedding to the source photo; under 0.6
+is the same person), closer (share of face samples whose distance went down by more than
+0.02), <0.6 (share under 0.6 after), swapped (share of face samples changed at all), shift
+(mean distance of the output face's 68 landmarks from the input face's, in inter-ocular
+units), flicker (frame-to-frame change inside the face boxes, output / input), seam
+(gradient along the swapped region's border, output / input at the same pixels), non-face
+(changed blobs wholly away from every face, summed over frames). ArcFace distances are
 added when its model file (w600k_r50.onnx) is found by the model catalog.
 """
 from __future__ import annotations
@@ -74,6 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--suite", action="store_true", help="make the clip set, swap it in each config, measure")
     p.add_argument("--clips", help=f"suite: comma-separated clip names (default all: {', '.join(SCENES)})")
     p.add_argument("--configs", default=",".join(CONFIGS), help="suite: configs to run (default %(default)s)")
+    p.add_argument("--engine", choices=("auto", "dlib", "neural"),
+                   help="suite: facestream swap's --engine (default: its own, auto)")
     p.add_argument("--workdir", help="suite: folder for the clips and outputs (default: a temp folder)")
     p.add_argument("--make-clips", metavar="DIR", help="only write the clip set (and its ground truth) to DIR")
     p.add_argument("--sample-every", type=int, default=5, help="identity measured every N-th frame (default 5)")
@@ -129,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                 workdir = Path(args.workdir or tmp)
                 reports = run_suite(workdir, models, names, configs, args.sample_every,
                                     on_report=lambda r: print(f"  {r.clip} / {r.config} measured",
-                                                              file=sys.stderr))
+                                                              file=sys.stderr),
+                                    swap_args=("--engine", args.engine) if args.engine else ())
         else:
             reports = one_clip(args, models)
     except MeasureError as exc:

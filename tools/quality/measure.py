@@ -25,6 +25,8 @@ from tools.quality.truth import Box, ClipTruth, FrameTruth, grow, visible
 MIN_VISIBLE = 0.9  # a face less inside the frame than this is not measured for identity
 MIN_SIDE = 24  # px: smaller faces are not measured (their landmarks mean nothing)
 SWAPPED_SHARE = 0.3  # a face whose inner box changed this much was swapped
+# "Moved closer" means by more than an H.264 round trip moves an untouched face's distance.
+CLOSER_MARGIN = 0.02
 
 
 class MeasureError(Exception):
@@ -93,13 +95,13 @@ class QualityReport:
     faces: int  # face samples measured for identity
     dist_before: float | None = None
     dist_after: float | None = None
-    closer: float | None = None  # share of face samples whose distance went down
+    closer: float | None = None  # share of face samples whose distance went down (by > 0.02)
     under: float | None = None  # share of face samples under dlib's 0.6 after the swap
     arc_before: float | None = None
     arc_after: float | None = None
     arc_closer: float | None = None
     swapped: float | None = None  # share of face samples whose face changed at all
-    landmark_shift: float | None = None  # inter-ocular units, over swapped face samples
+    landmark_shift: float | None = None  # input's to output's landmarks, inter-ocular units
     flicker: float | None = None  # output's frame-to-frame change in face boxes / input's
     seam: float | None = None  # gradient along the swapped region's border: output / input
     nonface_swaps: int = 0  # changed blobs away from every face, summed over frames
@@ -200,8 +202,8 @@ class Reference:
                 if sample.arc_distance is not None and arc is not None:
                     arc_before.append(sample.arc_distance)
                     arc_after.append(arc)
+                shifts.append(metrics.landmark_shift(sample.landmarks, lm))
                 if was_swapped:
-                    shifts.append(metrics.landmark_shift(sample.landmarks, lm))
                     seam = metrics.seam_strength(inp, out, box)
                     if seam is not None:
                         seam_out.append(seam[0])
@@ -223,10 +225,10 @@ class Reference:
         return QualityReport(
             clip=self.name, config=config, frames=n, faces=len(pairs),
             dist_before=_mean(before), dist_after=_mean(after),
-            closer=_mean([1.0 if a < b else 0.0 for b, a in pairs]),
+            closer=_mean([1.0 if a < b - CLOSER_MARGIN else 0.0 for b, a in pairs]),
             under=_mean([1.0 if a < SAME_PERSON else 0.0 for a in after]),
             arc_before=_mean(arc_before), arc_after=_mean(arc_after),
-            arc_closer=_mean([1.0 if a < b else 0.0 for b, a in arc_pairs]),
+            arc_closer=_mean([1.0 if a < b - CLOSER_MARGIN else 0.0 for b, a in arc_pairs]),
             swapped=_mean(swapped), landmark_shift=_mean(shifts),
             flicker=(flicker_out / flicker_in if flicker_in > 0 else (1.0 if flicker_out == 0 else None)),
             seam=(sum(seam_out) / sum(seam_in) if seam_in and sum(seam_in) > 0 else None),

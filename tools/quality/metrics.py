@@ -113,13 +113,20 @@ def faces_mask(shape: tuple[int, int], faces: Sequence[Box], margin: float = FAC
 
 
 def stray_swaps(changed: Mask, faces: Sequence[Box], min_area: int = MIN_STRAY_AREA) -> list[Box]:
-    """Boxes of the changed blobs that lie away from every face (swaps on something else)."""
-    away = changed & ~faces_mask(changed.shape, faces)
-    n, _, stats, _ = cv2.connectedComponentsWithStats(away.astype(np.uint8), connectivity=8)
+    """Boxes of the changed blobs that lie away from every face (swaps on something else).
+
+    A blob that reaches into a face's grown box is that face's own swap (a swap may spill past
+    the box, or lag behind a moving face): only blobs almost wholly away from faces count.
+    """
+    near = faces_mask(changed.shape, faces)
+    n, labels, stats, _ = cv2.connectedComponentsWithStats(changed.astype(np.uint8), connectivity=8)
     blobs = []
     for i in range(1, n):
         x, y, bw, bh, area = (int(v) for v in stats[i])
-        if area >= min_area:
+        if area < min_area:
+            continue
+        blob = labels[y:y + bh, x:x + bw] == i
+        if near[y:y + bh, x:x + bw][blob].mean() < 0.1:
             blobs.append((float(x), float(y), float(x + bw), float(y + bh)))
     return blobs
 

@@ -18,17 +18,17 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ("fast", "default", "quality")
 
 
-def swap_command(clip: ClipFiles, output: Path, config: str) -> list[str]:
+def swap_command(clip: ClipFiles, output: Path, config: str, extra: tuple[str, ...] = ()) -> list[str]:
     """The `facestream swap` command line a user would type for this clip and config."""
     cmd = [sys.executable, "-m", "stream.cli", "swap", "--source", str(clip.source),
            "--input", str(clip.video), "--output", str(output), "-q"]
     if config != "default":
         cmd += ["--config", config]
-    return cmd
+    return cmd + list(extra)
 
 
-def run_swap(clip: ClipFiles, output: Path, config: str) -> None:
-    res = subprocess.run(swap_command(clip, output, config), cwd=ROOT, capture_output=True, text=True)
+def run_swap(clip: ClipFiles, output: Path, config: str, extra: tuple[str, ...] = ()) -> None:
+    res = subprocess.run(swap_command(clip, output, config, extra), cwd=ROOT, capture_output=True, text=True)
     if res.returncode != 0:
         last = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise MeasureError(f"facestream swap --config {config} on {clip.video.name} failed: {last}")
@@ -36,8 +36,10 @@ def run_swap(clip: ClipFiles, output: Path, config: str) -> None:
 
 def run_suite(workdir: Path, models: Models, clips: list[str] | None = None,
               configs: tuple[str, ...] = CONFIGS, sample_every: int = 5,
-              on_report: Callable[[QualityReport], None] | None = None) -> list[QualityReport]:
-    """Make the clips in `workdir`, swap each in every config, and measure every output."""
+              on_report: Callable[[QualityReport], None] | None = None,
+              swap_args: tuple[str, ...] = ()) -> list[QualityReport]:
+    """Make the clips in `workdir`, swap each in every config (plus `swap_args`, e.g.
+    ("--engine", "dlib")), and measure every output."""
     reports = []
     for clip in make_clip_set(workdir, clips):
         truth = ClipTruth.load(clip.truth)
@@ -48,7 +50,7 @@ def run_suite(workdir: Path, models: Models, clips: list[str] | None = None,
         for config in configs:
             output = workdir / f"{clip.name}.{config}.mp4"
             log.info("swap %s with %s", clip.name, config)
-            run_swap(clip, output, config)
+            run_swap(clip, output, config, swap_args)
             report = ref.compare(output, config)
             reports.append(report)
             if on_report is not None:

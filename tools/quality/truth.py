@@ -63,9 +63,10 @@ def clip_box(box: Box, size: tuple[int, int]) -> tuple[int, int, int, int]:
 
 def visible(box: Box, size: tuple[int, int]) -> float:
     """The share of `box` inside a frame of `size`."""
-    x0, y0, x1, y1 = clip_box(box, size)
+    w, h = size
+    x0, y0, x1, y1 = max(0.0, box[0]), max(0.0, box[1]), min(float(w), box[2]), min(float(h), box[3])
     area = (box[2] - box[0]) * (box[3] - box[1])
-    return max(0, x1 - x0) * max(0, y1 - y0) / area if area > 0 else 0.0
+    return max(0.0, x1 - x0) * max(0.0, y1 - y0) / area if area > 0 else 0.0
 
 
 def grow(box: Box, factor: float) -> Box:

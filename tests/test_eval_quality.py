@@ -1,0 +1,235 @@
+"""tools/eval_quality.py: each measure on constructed cases whose answer is known, the clip set's
+ground truth against what dlib sees, and the command's errors and suite."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import dlib
+import numpy as np
+import pytest
+
+from stream.media.demo_clips import astronaut, write_clip
+from tests.fixtures import make_arcface
+from tools.quality import metrics
+from tools.quality.clips import SCENES, Scene, facelike_scene, make_clip
+from tools.quality.measure import Models, Reference
+from tools.quality.truth import ClipTruth, FrameTruth, Patch, clip_box, visible
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = [sys.executable, str(ROOT / "tools" / "eval_quality.py")]
+
+
+def iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+@pytest.fixture(scope="module")
+def models() -> Models:
+    return Models()
+
+
+@pytest.fixture(scope="module")
+def short_clip(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The face-like clip's first 8 frames: one face, four face-like patterns."""
+    scene: Scene = facelike_scene()
+    full = scene.n_frames
+    scene.seconds = 8 / 30
+    whole = scene.views
+    scene.views = lambda t: whole(t * 7 / (full - 1))
+    return make_clip(scene, tmp_path_factory.mktemp("quality"))
+
+
+@pytest.fixture(scope="module")
+def short_ref(models: Models, short_clip):  # type: ignore[no-untyped-def]
+    return Reference(models, cv2.imread(str(short_clip.source)), short_clip.video,
+                     ClipTruth.load(short_clip.truth), sample_every=4)
+
+
+def frames_of(path: Path) -> list[np.ndarray]:
+    from tools.quality.measure import read_frames
+
+    return list(read_frames(path))
+
+
+def test_an_untouched_output_measures_as_untouched(short_clip, short_ref, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    copy = tmp_path / "same.mp4"
+    shutil.copy(short_clip.video, copy)
+    r = short_ref.compare(copy, "none")
+    assert r.frames == 8 and r.faces == 2  # frames 0 and 4, one face each
+    assert r.landmark_shift == 0.0
+    assert r.flicker == 1.0
+    assert r.nonface_swaps == 0 and r.patch_hits == {}
+    assert r.swapped == 0.0 and r.closer == 0.0
+    assert r.dist_after == pytest.approx(r.dist_before)
+    assert r.seam is None
+
+
+def test_a_face_pasted_on_a_non_face_is_counted(short_clip, short_ref, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    truth = ClipTruth.load(short_clip.truth)
+    face = cv2.imread(str(short_clip.source))[83:171, 179:267]  # the astronaut's face
+    frames = frames_of(short_clip.video)
+    for i in (2, 3, 4, 5, 6):
+        cartoon = next(p for p in truth.frames[i].nonfaces if p.kind == "cartoon face print")
+        x0, y0, x1, y1 = clip_box(cartoon.box, truth.size)
+        frames[i][y0:y1, x0:x1] = cv2.resize(face, (x1 - x0, y1 - y0))
+    out = tmp_path / "badge.mp4"
+    write_clip(out, frames, audio=False, crf=18)
+    r = short_ref.compare(out, "pasted")
+    assert r.nonface_swaps == 5
+    assert r.patch_hits == {"cartoon face print": 5}
+    assert r.swapped == 0.0  # the real face was left alone
+
+
+def test_the_source_face_in_place_of_the_target_moves_closer(models: Models, tmp_path: Path) -> None:
+    """An output showing the source person where the target was: distance well under 0.6."""
+    source = astronaut()
+    src_box = (179, 83, 267, 171)
+    target = SCENES["grey-source"]()
+    frames_in, frames_out, truths = [], [], []
+    for i in (0, 10, 20):
+        frame, ft = target.frame(i)
+        (fx0, fy0, fx1, fy1), = ft.faces
+        s = (fx1 - fx0) / (src_box[2] - src_box[0])
+        m = np.float32([[s, 0, fx0 - s * src_box[0]], [0, s, fy0 - s * src_box[1]]])
+        frames_in.append(frame)
+        frames_out.append(cv2.warpAffine(source, m, (frame.shape[1], frame.shape[0])))
+        truths.append(ft)
+    write_clip(tmp_path / "in.mp4", frames_in, audio=False, crf=18)
+    write_clip(tmp_path / "out.mp4", frames_out, audio=False, crf=18)
+    truth = ClipTruth("t", "", 30, target.size, "s.png", tuple(truths))
+    r = Reference(models, source, tmp_path / "in.mp4", truth, sample_every=1).compare(tmp_path / "out.mp4")
+    assert r.faces == 3
+    assert r.dist_before is not None and r.dist_before > 0.6
+    assert r.dist_after is not None and r.dist_after < 0.45
+    assert r.closer == 1.0 and r.under == 1.0 and r.swapped == 1.0
+
+
+def test_flicker_inside_the_face_box_raises_the_ratio(short_clip, short_ref, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    truth = ClipTruth.load(short_clip.truth)
+    frames = frames_of(short_clip.video)
+    for i, frame in enumerate(frames):
+        x0, y0, x1, y1 = clip_box(truth.frames[i].faces[0], truth.size)
+        roi = frame[y0:y1, x0:x1].astype(np.int16)
+        frame[y0:y1, x0:x1] = np.clip(roi + (8 if i % 2 else -8), 0, 255).astype(np.uint8)
+    out = tmp_path / "flicker.mp4"
+    write_clip(out, frames, audio=False, crf=18)
+    r = short_ref.compare(out)
+    assert r.flicker is not None and r.flicker > 1.5
+
+
+def test_landmark_shift_is_in_interocular_units() -> None:
+    lm = np.zeros((68, 2), np.float32)
+    lm[36:42] = (100, 100)
+    lm[42:48] = (140, 100)  # eyes 40 px apart
+    assert metrics.landmark_shift(lm, lm) == 0.0
+    assert metrics.landmark_shift(lm, lm + np.float32([6, 8])) == pytest.approx(10 / 40)
+
+
+def _paste(base: np.ndarray, face: np.ndarray, box: tuple[int, int, int, int], feather: int) -> np.ndarray:
+    x0, y0, x1, y1 = box
+    mask = np.zeros(base.shape[:2], np.float32)
+    cv2.ellipse(mask, ((x0 + x1) // 2, (y0 + y1) // 2), ((x1 - x0) // 2, (y1 - y0) // 2), 0, 0, 360, 1.0, -1)
+    if feather:
+        mask = cv2.GaussianBlur(mask, (0, 0), feather)
+    alpha = mask[:, :, None]
+    return np.clip(face * alpha + base * (1 - alpha) + 0.5, 0, 255).astype(np.uint8)
+
+
+def test_a_hard_seam_measures_stronger_than_a_feathered_one() -> None:
+    scene = SCENES["grey-source"]()
+    frame, ft = scene.frame(0)
+    box = tuple(int(v) for v in ft.faces[0])
+    # The source face, darker than the target's skin: a paste with a visible edge.
+    src = cv2.resize(astronaut()[83:171, 179:267], (box[2] - box[0], box[3] - box[1]))
+    face = frame.copy()
+    face[box[1]:box[3], box[0]:box[2]] = (src * 0.7).astype(np.uint8)
+    hard = metrics.seam_strength(frame, _paste(frame, face, box, 0), ft.faces[0])
+    soft = metrics.seam_strength(frame, _paste(frame, face, box, 8), ft.faces[0])
+    assert hard is not None and soft is not None
+    assert hard[0] / hard[1] > 1.5 * (soft[0] / soft[1])
+    assert metrics.seam_strength(frame, frame, ft.faces[0]) is None  # nothing swapped: no seam
+
+
+@pytest.mark.parametrize("name", ["rotate", "grey-source", "low-chroma", "overlap"])
+def test_the_clip_set_ground_truth_is_where_dlib_sees_the_faces(name: str) -> None:
+    scene = SCENES[name]()
+    detector = dlib.get_frontal_face_detector()
+    frame, ft = scene.frame(0)
+    found = [(r.left(), r.top(), r.right() + 1, r.bottom() + 1)
+             for r in detector(cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY), 0)]
+    matched = [max((iou(face, f) for f in found), default=0.0) for face in ft.faces]
+    assert len(ft.faces) >= 1
+    assert sum(m > 0.5 for m in matched) >= len(ft.faces) - 1, (matched, found)
+
+
+def test_the_clip_set_covers_what_the_issue_asks_for() -> None:
+    rotate = SCENES["rotate"]()
+    angles = [abs(rotate.frame(i)[1].angles[0]) for i in range(rotate.n_frames)]
+    assert max(angles) == pytest.approx(30, abs=0.5)
+    small = SCENES["small"]()
+    widths = [b[2] - b[0] for b in small.frame(0)[1].faces]
+    assert len(widths) == 6 and 38 <= min(widths) and max(widths) <= 55
+    overlap = SCENES["overlap"]()
+    faces = overlap.frame(0)[1].faces
+    assert sum(iou(a, b) > 0 for i, a in enumerate(faces) for b in faces[i + 1:]) >= 3
+    leave = SCENES["leave-return"]()
+    shares = [visible(leave.frame(i)[1].faces[0], leave.size) for i in range(leave.n_frames)]
+    assert shares[0] == 1.0 and shares[-1] == 1.0 and min(shares) == 0.0
+    kinds = {p.kind for p in SCENES["face-like"]().frame(0)[1].nonfaces}
+    assert {"drawn smiley", "cartoon face print", "cat face print", "round badge"} <= kinds
+    occ = SCENES["occluder"]()
+    assert any(iou(o.box, occ.frame(i)[1].faces[0]) > 0 for i in range(occ.n_frames) for o in occ.frame(i)[1].occluders)
+    grey = SCENES["grey-source"]().source
+    assert np.array_equal(grey[:, :, 0], grey[:, :, 1]) and np.array_equal(grey[:, :, 1], grey[:, :, 2])
+
+
+def test_ground_truth_round_trips_through_json(tmp_path: Path) -> None:
+    truth = ClipTruth("c", "d", 30, (640, 360), "s.png", (
+        FrameTruth(((1.0, 2.0, 3.0, 4.0),), (12.5,), (Patch("badge", (5.0, 6.0, 7.0, 8.0)),), ()),))
+    truth.save(tmp_path / "t.json")
+    assert ClipTruth.load(tmp_path / "t.json") == truth
+
+
+def test_arcface_distances_are_added_when_its_file_is_found(models: Models, short_clip, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    arc = make_arcface(tmp_path / "w600k_r50.onnx", seed=3)
+    with_arc = Models(arc)
+    ref = Reference(with_arc, cv2.imread(str(short_clip.source)), short_clip.video,
+                    ClipTruth.load(short_clip.truth), sample_every=4)
+    r = ref.compare(short_clip.video)
+    assert r.arc_before is not None and r.arc_after == pytest.approx(r.arc_before)
+    assert r.arc_closer == 0.0
+
+
+def test_bad_input_is_one_line(tmp_path: Path, short_clip) -> None:  # type: ignore[no-untyped-def]
+    res = subprocess.run(TOOL + ["--source", str(tmp_path / "none.png"), "--input", str(short_clip.video),
+                                 "--output", str(short_clip.video)], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert res.stderr.strip() == f"eval_quality: --source {tmp_path / 'none.png'}: no such file"
+    other = tmp_path / "short.mp4"
+    write_clip(other, frames_of(short_clip.video)[:5], audio=False)
+    res = subprocess.run(TOOL + ["--source", str(short_clip.source), "--input", str(short_clip.video),
+                                 "--output", str(other)], capture_output=True, text=True)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == f"eval_quality: {other}: 5 frames, the input has 8"
+
+
+def test_the_suite_swaps_with_facestream_and_prints_the_table(tmp_path: Path) -> None:
+    res = subprocess.run(TOOL + ["--suite", "--clips", "leave-return", "--configs", "fast",
+                                 "--workdir", str(tmp_path), "--sample-every", "6",
+                                 "--json", str(tmp_path / "f.json")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    header, rule, row = res.stdout.splitlines()[:3]
+    assert header.split()[:4] == ["clip", "config", "faces", "before"]
+    assert row.split()[:2] == ["leave-return", "fast"]
+    (fig,) = json.loads((tmp_path / "f.json").read_text())
+    assert (tmp_path / "leave-return.fast.mp4").is_file()
+    assert fig["frames"] == 72 and fig["faces"] >= 3 and fig["swapped"] > 0.5
+    assert fig["dist_after"] < fig["dist_before"]
