@@ -190,8 +190,8 @@ class TritonRuntime:
                 raise EngineError(f"triton: model {self.model!r} differs between {url} and {other} "
                                   f"(tensors or max_batch_size)")
         servers.models.add(self.model)
-        for server, exc in unreachable:
-            servers.mark_down(server, exc)
+        for server, error in unreachable:
+            servers.mark_down(server, error)
         self._open = True
         log.debug("%s: Triton model %r on %s, max batch %d", self.path.name, self.model, servers.describe(),
                   self.max_batch)
@@ -283,7 +283,7 @@ class TritonRuntime:
 
     def _send(self, feeds: dict[str, np.ndarray], names: list[str], deadline: float) -> _Request:
         """Send one request to the next server that is up (waiting for one until `deadline`)."""
-        import tritonclient.grpc as grpcclient
+        import tritonclient.grpc as grpcclient  # type: ignore[import-untyped]
 
         types = {s.name: TRITON_TYPES.get(s.dtype, "FP32") for s in self.inputs}
         inputs = []

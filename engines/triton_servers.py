@@ -132,7 +132,7 @@ class TritonServers:
     def __init__(self, urls: list[str], timeout: float) -> None:
         if not urls:
             raise ValueError("at least one Triton URL is needed")
-        import tritonclient.grpc as grpcclient
+        import tritonclient.grpc as grpcclient  # type: ignore[import-untyped]
 
         def connect(url: str) -> Any:
             return grpcclient.InferenceServerClient(url, channel_args=CHANNEL_ARGS)

@@ -96,6 +96,35 @@ def test_a_bad_triton_url_on_the_command_line(tmp_path: Path, capsys: pytest.Cap
     assert "--triton-url" in err and "'http://gpu-b:8000'" in err and "not an HTTP URL" in err
 
 
+@pytest.mark.parametrize(("flags", "kind", "urls"), [
+    (["--triton-url", "gpu-a:9001,gpu-b"], "triton", ["gpu-a:9001", "gpu-b:8001"]),
+    (["--runtime", "triton", "--triton-url", "gpu-a"], "triton", ["gpu-a:8001"]),
+    (["--runtime", "tensorrt"], "tensorrt", []),
+    ([], "onnxruntime", []),
+])
+@pytest.mark.parametrize("command", ["swap", "live", "serve"])
+def test_runtime_flags_set_the_config(command: str, flags: list[str], kind: str, urls: list[str]) -> None:
+    from stream.cli.parser import build_parser, config_from_args
+
+    needs = {"swap": ["--input", "a.mp4", "--output", "b.mp4"], "live": ["--input", "webcam:0"], "serve": []}
+    cfg = config_from_args(build_parser().parse_args([command, *needs[command], *flags]))
+    assert (cfg.runtime.kind, cfg.runtime.triton_urls) == (kind, urls)
+
+
+def test_the_yaml_runtime_section_names_triton(tmp_path: Path) -> None:
+    from stream.config import load_config
+    from stream.errors import ConfigError
+
+    preset = tmp_path / "triton.yaml"
+    preset.write_text("runtime:\n  kind: triton\n  triton_urls: [gpu-a:8001, 'grpc://gpu-b:8001']\n"
+                      "  triton_timeout: 5\n")
+    cfg = load_config(str(preset))
+    assert (cfg.runtime.kind, cfg.runtime.triton_urls, cfg.runtime.triton_timeout) == (
+        "triton", ["gpu-a:8001", "gpu-b:8001"], 5)
+    with pytest.raises(ConfigError, match="runtime.triton_timeout must be a positive number of seconds, got 0"):
+        load_config(str(preset), ["runtime.triton_timeout=0"])
+
+
 @pytest.mark.parametrize(("file", "name"), [
     ("det_10g.onnx", "scrfd_10g"), ("w600k_r50.onnx", "arcface_w600k_r50"), ("inswapper_128.onnx", "inswapper_128"),
     ("gfpgan_1.4.onnx", "gfpgan_1.4"), ("2dfan4.onnx", "2dfan4"), ("my_model.onnx", "my_model"),
