@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--input", help="the input clip")
     p.add_argument("--output", help="the swapped clip")
     p.add_argument("--truth", help="the input's ground truth (JSON from the clip maker)")
-    p.add_argument("--label", default="", help="the config name shown in the table")
+    p.add_argument("--label", help="the config name shown in the table (default: the output's file name)")
     p.add_argument("--suite", action="store_true", help="make the clip set, swap it in each config, measure")
     p.add_argument("--clips", help=f"suite: comma-separated clip names (default all: {', '.join(SCENES)})")
     p.add_argument("--configs", default=",".join(CONFIGS), help="suite: configs to run (default %(default)s)")
@@ -104,7 +104,7 @@ def one_clip(args: argparse.Namespace, models: Models) -> list[QualityReport]:
     except (ValueError, KeyError, TypeError) as exc:
         raise MeasureError(f"--truth {args.truth}: not a clip maker's ground truth ({exc})") from exc
     ref = Reference(models, source, args.input, truth, sample_every=args.sample_every)
-    return [ref.compare(args.output, args.label)]
+    return [ref.compare(args.output, args.label or Path(args.output).name)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,8 +39,13 @@ def read_frames(path: str | Path) -> Iterator[np.ndarray]:
     except (av.error.FFmpegError, OSError) as exc:
         raise MeasureError(f"{path}: cannot open the video ({exc})") from exc
     with container:
-        for frame in container.decode(video=0):
-            yield frame.to_ndarray(format="bgr24")
+        if not container.streams.video:
+            raise MeasureError(f"{path}: no video stream in it")
+        try:
+            for frame in container.decode(video=0):
+                yield frame.to_ndarray(format="bgr24")
+        except av.error.FFmpegError as exc:
+            raise MeasureError(f"{path}: cannot decode the video ({exc})") from exc
 
 
 @dataclass
