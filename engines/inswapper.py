@@ -38,6 +38,7 @@ LATENT_DIM = 512
 TEMPLATE = "arcface_128"
 TARGET, SOURCE, OUTPUT = "target", "source", "output"
 MASK_THRESHOLD = 20.0  # insightface: warped white above this counts as inside the crop
+COLUMN_ALIGN = 32  # floats: two AVX-512 vectors
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,9 +67,12 @@ class InSwapper:
 
     name = "inswapper"
 
-    def __init__(self, runtime: InferenceRuntime) -> None:
+    def __init__(self, runtime: InferenceRuntime, recrop_after_paste: bool = False) -> None:
         self.path = runtime.path
         self.runtime = runtime
+        # insightface's loop crops each face from the frame the faces before it left: a face
+        # whose crop an earlier paste changed is swapped again from there (one more call).
+        self.recrop_after_paste = recrop_after_paste
         self.emap: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
         self.batch: int | None = 1  # None when the export takes any batch size
         self._dtypes: dict[str, type[np.floating]] = {TARGET: np.float32, SOURCE: np.float32, OUTPUT: np.float32}
@@ -280,10 +284,11 @@ class InSwapper:
 
         Face k is blended onto the frame as it stands after faces 0..k-1 (insightface's loop
         `res = swapper.get(res, face, source)`), so a later face's soft mask edge never puts
-        original pixels back over an earlier swap: pasting the results in order gives that
-        loop's frame. Where an earlier face's paste changed the pixels face k's crop is read
-        from, face k is swapped again from the frame as it then stands (one more model call
-        for that face only); every other face keeps the batched output.
+        original pixels back over an earlier swap: pasting the results in order composites
+        them one after another. Every face's swap comes from the batched call, made on crops
+        of the unmodified frame; with `recrop_after_paste`, a face whose crop an earlier paste
+        changed is swapped again from the frame as it then stands (one more model call for
+        that face), so the frame equals insightface's loop exactly.
         """
         crops = self.decode_output(pred[:batch.count])
         results: list[SwapResult | None] = []
@@ -295,7 +300,7 @@ class InSwapper:
                 running = frame_bgr.copy()
                 for r in earlier:
                     r.paste_into(running)
-            if running is not None and k < len(batch.latents):
+            if running is not None and self.recrop_after_paste and k < len(batch.latents):
                 crop = self._swap_again_if_changed(frame_bgr, running, crop, M, batch.latents[k])
             result = self.blend_crop(frame_bgr if running is None else running, crop, M)
             if result is not None and running is not None:
@@ -336,6 +341,12 @@ class InSwapper:
         margin = max(size_bound // 20, 5) + 2
         x0, y0 = max(int(fx0) - margin, 0), max(int(fy0) - margin, 0)
         x1, y1 = min(int(fx1) + margin, w), min(int(fy1) + margin, h)
+        # Columns on multiples of COLUMN_ALIGN, as in the frame: OpenCV's float blur runs SIMD
+        # over whole vectors from a row's start and plain code on its tail, whose sums can
+        # differ in the last bit, so a region cut elsewhere can round a pixel differently
+        # from insightface's full-frame blur.
+        x0 -= x0 % COLUMN_ALIGN
+        x1 = min(-(-x1 // COLUMN_ALIGN) * COLUMN_ALIGN, w)
         if x1 <= x0 or y1 <= y0:
             return None
         return x0, y0, x1, y1
@@ -404,7 +415,7 @@ def prepare_paste_mask(mask: np.ndarray) -> np.ndarray | None:
 
 def _as_kps5(points: npt.NDArray[np.floating] | Face) -> npt.NDArray[np.floating]:
     if isinstance(points, Face):
-        return kps5_from_landmarks68(points.landmarks)
+        return points.kps5 if points.kps5 is not None else kps5_from_landmarks68(points.landmarks)
     pts = np.asarray(points)
     if pts.shape == (68, 2):
         return kps5_from_landmarks68(pts)

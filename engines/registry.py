@@ -107,7 +107,9 @@ def _build_neural(detect: Any, swap: ClassicalOptions, models: Any, runtime: Run
         detector=ScrfdFaces(ScrfdDetector(runtime(paths["detector"]), (size, size))),
         landmarker=landmarker,
         embedder=embedder,
-        swapper=InSwapperSwapper(InSwapper(runtime(paths["swapper"])), embedder),
+        swapper=InSwapperSwapper(InSwapper(runtime(paths["swapper"]),
+                                           recrop_after_paste=getattr(models, "recrop_after_paste", False)),
+                                 embedder),
         photo_detector=_photo_detector(),
         note=(f"engine: neural ({paths['detector'].name}, {paths['embedder'].name}, "
               f"{paths['swapper'].name}, {lm_note}; from {paths['swapper'].parent})"),
