@@ -12,6 +12,7 @@ from engines.errors import EngineError
 ImageBGR: TypeAlias = npt.NDArray[np.uint8]  # (H, W, 3), BGR, uint8
 Landmarks68: TypeAlias = npt.NDArray[np.float32]  # (68, 2), x, y in frame pixels
 Box: TypeAlias = tuple[float, float, float, float]  # x0, y0, x1, y1 in frame pixels
+Keypoints5: TypeAlias = npt.NDArray[np.float32]  # (5, 2): eyes, nose, mouth corners, frame pixels
 
 # Index ranges of dlib's 68-point layout (iBUG 300-W).
 JAW = slice(0, 17)
@@ -24,12 +25,16 @@ INNER_LIPS = slice(60, 68)
 
 @dataclass(frozen=True, eq=False)
 class Face:
-    """One target face in one frame: its box, its 68 landmarks and the detector's score."""
+    """One target face in one frame: its box, its 68 landmarks and the detector's score.
+
+    `kps5` is the detector's own five points when the run aligns with them (the reference
+    mode); None: alignment uses five points made from the 68 landmarks."""
 
     box: Box
     landmarks: Landmarks68
     score: float = 1.0
     track_id: int = -1
+    kps5: Keypoints5 | None = None
 
     @property
     def width(self) -> float:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from engines.arcface import ArcFaceEmbedder
-from engines.face import Box, Face, ImageBGR, Landmarks68, SwapResult
+from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, SwapResult
 from engines.frame_views import FrameViews
 from engines.inswapper import InSwapBatch, InSwapper
 from engines.protocols import BatchSpec
@@ -33,8 +33,13 @@ class ScrfdFaces:
         self.detector.open()
 
     def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
-        dets, _ = self.detector.forward(frame.bgr)
-        return [((float(d[0]), float(d[1]), float(d[2]), float(d[3])), float(d[4])) for d in dets]
+        return [(box, score) for box, score, _ in self.forward_points(frame)]
+
+    def forward_points(self, frame: FrameViews) -> list[tuple[Box, float, Keypoints5]]:
+        """Boxes, scores and SCRFD's own five points, in its order (score, descending)."""
+        dets, kps = self.detector.forward(frame.bgr)
+        return [((float(d[0]), float(d[1]), float(d[2]), float(d[3])), float(d[4]), k.astype(np.float32))
+                for d, k in zip(dets, kps)]
 
 
 class InSwapperSwapper:

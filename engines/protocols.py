@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from engines.face import Box, Face, ImageBGR, Landmarks68, SwapResult
+from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, SwapResult
 from engines.frame_views import FrameViews
 
 
@@ -23,6 +23,15 @@ class Detector(Protocol):
 
     def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
         """Face boxes (frame pixels) and scores."""
+        ...
+
+
+@runtime_checkable
+class PointDetector(Protocol):
+    """A detector that also finds five alignment points per face (SCRFD)."""
+
+    def forward_points(self, frame: FrameViews) -> list[tuple[Box, float, Keypoints5]]:
+        """Face boxes, scores and five points (frame pixels), in the detector's own order."""
         ...
 
 

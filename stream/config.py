@@ -37,6 +37,9 @@ class DetectConfig:
         _check(self.upsample in (0, 1, 2), f"detect.upsample must be 0, 1 or 2, got {self.upsample}")
 
 
+ALIGN_POINTS = ("landmarks", "detector")
+
+
 @dataclass
 class TrackConfig:
     """Tracklets: matching, loss, landmark smoothing (One-Euro filter), identity re-checks."""
@@ -46,6 +49,8 @@ class TrackConfig:
     min_cutoff: float = 1.5  # One-Euro: cut-off frequency (Hz) at rest; lower = smoother
     beta: float = 0.02  # One-Euro: how fast the cut-off rises with speed; higher = less lag
     recheck_every: int = 300  # frames between identity re-checks (reference/mapping modes)
+    smoothing: bool = True  # One-Euro landmark smoothing; false: each frame's own landmarks
+    points: str = "landmarks"  # alignment: landmarks (five made from the 68) | detector (its own five)
 
     def __post_init__(self) -> None:
         _check(0.0 < self.match_iou < 1.0, f"track.match_iou must be in (0, 1), got {self.match_iou}")
@@ -53,9 +58,13 @@ class TrackConfig:
         _check(self.min_cutoff > 0, f"track.min_cutoff must be > 0, got {self.min_cutoff}")
         _check(self.beta >= 0, f"track.beta must be >= 0, got {self.beta}")
         _check(self.recheck_every >= 1, f"track.recheck_every must be >= 1, got {self.recheck_every}")
+        _check(isinstance(self.smoothing, bool), f"track.smoothing must be true or false, got {self.smoothing!r}")
+        _check(self.points in ALIGN_POINTS,
+               f"track.points must be one of {', '.join(ALIGN_POINTS)}, got {self.points!r}")
 
 
 SELECT_MODES = ("all", "largest", "reference", "mapping")
+SELECT_ORDERS = ("largest", "detector")
 
 
 @dataclass
@@ -66,10 +75,13 @@ class SelectConfig:
     reference: str | None = None  # reference mode: photo of the one person to swap
     mapping: list[list[str]] = field(default_factory=list)  # mapping mode: [[source, reference], ...]
     threshold: float | None = None  # same-person distance; None: the embedder's own (dlib 0.6)
+    order: str = "largest"  # the order faces are swapped and composited in: largest first | detector's
 
     def __post_init__(self) -> None:
         _check(self.mode in SELECT_MODES,
                f"select.mode must be one of {', '.join(SELECT_MODES)}, got {self.mode!r}")
+        _check(self.order in SELECT_ORDERS,
+               f"select.order must be one of {', '.join(SELECT_ORDERS)}, got {self.order!r}")
         _check(self.threshold is None or 0 < self.threshold < 2,
                f"select.threshold must be in (0, 2), got {self.threshold}")
         if self.mode == "reference":
@@ -131,10 +143,16 @@ class ModelsConfig:
     swapper: str = "inswapper_128"
     landmarker: str | None = "2dfan4"  # None, or its file missing: dlib's 68-point predictor
     detect_size: int = 640  # SCRFD input size (square, a multiple of 32)
+    # Faces meeting in a frame: crop each from the frame the faces before it left (insightface's
+    # loop, exact; a face whose crop an earlier paste changed costs one more swapper call);
+    # false: every crop from the unmodified frame, one batched call per frame.
+    recrop_after_paste: bool = False
 
     def __post_init__(self) -> None:
         _check(self.detect_size >= 32 and self.detect_size % 32 == 0,
                f"models.detect_size must be a positive multiple of 32, got {self.detect_size}")
+        _check(isinstance(self.recrop_after_paste, bool),
+               f"models.recrop_after_paste must be true or false, got {self.recrop_after_paste!r}")
 
 
 @dataclass
@@ -154,6 +172,10 @@ class Config:
 
     def __post_init__(self) -> None:
         _check(self.engine in ENGINE_NAMES, f"engine must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
+        # The detector's points are only as current as its last detection.
+        _check(self.track.points != "detector" or self.detect.every == 1,
+               f"track.points 'detector' needs detection on every frame (detect.every: 1), "
+               f"got detect.every {self.detect.every}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

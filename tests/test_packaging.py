@@ -20,3 +20,22 @@ def test_every_import_package_is_listed_for_the_wheel() -> None:
     # the presets ship inside the wheel, from configs/
     assert setup["package-dir"]["stream.presets"] == "configs"
     assert sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
+
+
+def test_presets_ship_the_reference_mode_and_say_whether_they_smooth() -> None:
+    import yaml
+
+    from stream.config import load_config, preset_names
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "*.yaml" in setup["package-data"]["stream.presets"]
+    assert {"fast", "quality", "reference"} <= set(preset_names())
+    for path in (ROOT / "configs").glob("*.yaml"):
+        # every preset states its smoothing switch, so a user reads it off the file
+        assert isinstance(yaml.safe_load(path.read_text())["track"]["smoothing"], bool), path.name
+        load_config(str(path))
+    ref = load_config("reference")
+    assert (ref.engine, ref.detect.every, ref.detect.background) == ("neural", 1, False)
+    assert (ref.track.smoothing, ref.track.points, ref.select.mode, ref.select.order) == \
+        (False, "detector", "all", "detector")
+    assert ref.models.recrop_after_paste and not load_config(None).models.recrop_after_paste

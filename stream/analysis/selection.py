@@ -5,6 +5,9 @@
 - reference: only faces of the person in a reference photo (embedding distance);
 - mapping: several sources, each to the faces of its own reference person.
 
+Faces are swapped (and composited) largest first, or in the detector's own order
+(`select.order: detector`, the reference mode's: insightface's loop takes them so).
+
 Identity modes read each track's embedding from the tracklet cache, so the embedder
 runs when a track is born (and at rare re-checks), not per frame.
 """
@@ -62,7 +65,10 @@ class Selector:
         return tr.source
 
     def choose(self, tracks: list[Track], tracker: Tracker, image: ImageBGR, seq: int) -> list[Target]:
-        ordered = sorted(tracks, key=_area, reverse=True)
+        if self.config.order == "detector":
+            ordered = sorted(tracks, key=lambda tr: tr.order)
+        else:
+            ordered = sorted(tracks, key=_area, reverse=True)
         if self.config.mode == "largest":
             ordered = ordered[:1]
         out: list[Target] = []

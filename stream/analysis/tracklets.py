@@ -10,7 +10,11 @@ maps to, and its age. Per frame:
 - landmarks run on every frame on each track's box, which between detections is
   carried by the landmarks themselves (the detector box expressed relative to the
   landmarks' bounding box at the last detection);
-- landmarks are smoothed with a One-Euro filter so the swapped face does not jitter.
+- landmarks are smoothed with a One-Euro filter so the swapped face does not jitter
+  (`track.smoothing`); with `track.points: detector` each face also carries the detector's
+  own five points from this frame's detection (detection on every frame), for alignment;
+- a face stays while any of it is inside the frame: one mostly outside is still swapped,
+  as insightface swaps every face its detector finds.
 
 Live runs detect in the background (`BackgroundDetector`) while there are tracks to
 follow: the frame due for detection is copied to a detection thread and tracking goes
@@ -30,12 +34,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engines.face import Box, Face, ImageBGR, Landmarks68
+from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68
 from engines.frame_views import FrameViews
-from engines.protocols import Detector, Embedder, Landmarker
+from engines.protocols import Detector, Embedder, Landmarker, PointDetector
 from stream.analysis.background_detector import BackgroundDetector
 from stream.analysis.one_euro import OneEuroFilter
 from stream.config import DetectConfig, TrackConfig
+from stream.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +101,12 @@ class Track:
     source: int | None = None  # index of the source face this track maps to; None: not swapped
     raw: Landmarks68 = field(default_factory=lambda: np.zeros((68, 2), np.float32), repr=False)
     matched: bool = field(default=False, repr=False)
+    kps5: Keypoints5 | None = field(default=None, repr=False)  # the detector's points, this frame's
+    order: int = 0  # its detection's place in the detector's output, at the last detection
 
     def face(self) -> Face:
         return Face(box=landmark_box(self.landmarks), landmarks=self.landmarks,
-                    score=self.score, track_id=self.id)
+                    score=self.score, track_id=self.id, kps5=self.kps5)
 
 
 class Tracker:
@@ -126,6 +133,9 @@ class Tracker:
         # Frames between scheduled detections: detect.every, raised by a live run under load.
         self.detect_every = detect.every
         self.background = BackgroundDetector(detector) if background else None
+        if track.points == "detector" and not isinstance(detector, PointDetector):
+            raise ConfigError(f"track.points 'detector' needs a detector that finds five points "
+                              f"(the neural engine's SCRFD); {detector.name!r} finds none")
         # Late boxes set aside for a detection in line (a face came in or was lost meanwhile).
         self.redetections = 0
 
@@ -148,7 +158,7 @@ class Tracker:
         elif due or self._force_detect:
             self._force_detect = False  # before: the detection itself may ask for another
             self._last_detect = seq
-            self._merge(self.detector.forward(frame), seq)
+            self._merge_detected(frame, seq)
         h, w = frame.shape
         alive: list[Track] = []
         for tr in self.tracks:
@@ -165,7 +175,7 @@ class Tracker:
                 tr.rel = relate(tr.box, landmark_box(raw))
                 tr.matched = False
             tr.raw = raw
-            tr.landmarks = tr.smoother(raw, t)
+            tr.landmarks = tr.smoother(raw, t) if self.track_cfg.smoothing else raw
             tr.age += 1
             if not _on_frame(tr.landmarks, w, h):
                 continue
@@ -188,7 +198,7 @@ class Tracker:
             # face is swapped from the frame it is found in.
             self._force_detect = False
             self._last_detect = seq
-            self._merge(self.detector.forward(frame), seq)
+            self._merge_detected(frame, seq)
         elif bg.submit(frame.bgr):
             self._force_detect = False
             self._last_detect = seq
@@ -216,11 +226,20 @@ class Tracker:
             matched.append((ti, di))
         return matched, [di for di in range(len(dets)) if di not in used_d]
 
-    def _merge(self, dets: list[tuple[Box, float]], seq: int) -> None:
+    def _merge_detected(self, frame: FrameViews, seq: int) -> None:
+        """Detect on this frame, in line, and merge (with the detector's points when the
+        run aligns with them)."""
+        if self.track_cfg.points == "detector":
+            found = self.detector.forward_points(frame)  # type: ignore[attr-defined]
+            self._merge([(box, score) for box, score, _ in found], seq, [k for _, _, k in found])
+        else:
+            self._merge(self.detector.forward(frame), seq)
+
+    def _merge(self, dets: list[tuple[Box, float]], seq: int, points: list[Keypoints5] | None = None) -> None:
         """Boxes detected on this frame: matched to tracks; unmatched boxes start tracks,
         tracks missed too often end."""
         matched, new = self._match(dets, lambda tr, box: box)
-        self._apply(matched, new, dets, seq, lambda tr, box: box)
+        self._apply(matched, new, dets, seq, lambda tr, box: box, points)
 
     def _merge_late(self, dets: list[tuple[Box, float]], frame: FrameViews, seq: int) -> None:
         """Boxes of a background detection, made on the frame it was sent with. For a
@@ -239,21 +258,23 @@ class Tracker:
             self.redetections += 1
             self._force_detect = False
             self._last_detect = seq
-            self._merge(self.detector.forward(frame), seq)
+            self._merge_detected(frame, seq)
             return
         self._apply(matched, [], dets, seq, placed)
 
     def _apply(self, matched: list[tuple[int, int]], new: list[int], dets: list[tuple[Box, float]],
-               seq: int, placed: Callable[[Track, Box], Box]) -> None:
+               seq: int, placed: Callable[[Track, Box], Box], points: list[Keypoints5] | None = None) -> None:
         for ti, di in matched:
             tr = self.tracks[ti]
             box, tr.score = dets[di]
             tr.box = placed(tr, box)
             tr.matched, tr.missed = True, 0
+            tr.order, tr.kps5 = di, None if points is None else points[di]
         used_t = {ti for ti, _ in matched}
         kept: list[Track] = []
         for ti, tr in enumerate(self.tracks):
             if ti not in used_t:
+                tr.kps5 = None
                 tr.missed += 1
                 if tr.missed > self.track_cfg.max_missed:
                     log.debug("track %d ended after %d missed detections", tr.id, tr.missed)
@@ -264,7 +285,7 @@ class Tracker:
             box, score = dets[di]
             tr = Track(id=self._next_id, box=box, landmarks=np.zeros((68, 2), np.float32),
                        rel=(0.0, 0.0, 1.0, 1.0), smoother=self._new_filter(), score=score,
-                       born=seq, matched=True)
+                       born=seq, matched=True, order=di, kps5=None if points is None else points[di])
             self._next_id += 1
             kept.append(tr)
         self.tracks = kept
@@ -302,9 +323,8 @@ def _moved(box: Box, then: Box, now: Box) -> Box:
 
 
 def _on_frame(points: Landmarks68, w: int, h: int) -> bool:
-    """At least half of the face's landmark box lies inside the frame."""
+    """Some of the face's landmark box lies inside the frame. A face mostly outside is kept
+    (insightface swaps every face its detector finds, however little of it is in the frame);
+    one entirely outside has left."""
     x0, y0, x1, y1 = landmark_box(points)
-    area = max(x1 - x0, 1.0) * max(y1 - y0, 1.0)
-    ix = max(0.0, min(x1, w) - max(x0, 0.0))
-    iy = max(0.0, min(y1, h) - max(y0, 0.0))
-    return ix * iy >= 0.5 * area
+    return min(x1, w) > max(x0, 0.0) and min(y1, h) > max(y0, 0.0)

@@ -80,8 +80,10 @@ def assemble(config: Config, engines: EngineSet, faces: Sequence[object], refere
     work is thrown away and at most `live_ring_depth` frames wait between two stages.
     """
     metrics = metrics or Metrics()
+    # The detector's points align faces only on the frame they were found in: in line then.
+    background = live and config.detect.background and config.track.points != "detector"
     tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, config.detect, config.track,
-                      background=live and config.detect.background)
+                      background=background)
     selector = Selector(config.select, references, engines.embedder, config.pipeline.max_faces)
     analyse = AnalyseWorker(tracker, selector, engines.swapper, faces)
     swap = SwapWorker(engines.swapper, enhancer)

@@ -6,12 +6,13 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from engines.catalog import find
 from engines.errors import NoFaceError
-from engines.face import ImageBGR, Landmarks68
+from engines.face import ImageBGR, Keypoints5, Landmarks68
 from engines.frame_views import FrameViews
-from engines.protocols import Enhancer
+from engines.protocols import Enhancer, PointDetector
 from engines.registry import EngineSet, build_engines
 from engines.runtime_registry import runtime_factory
 from stream.config import Config
@@ -32,6 +33,12 @@ class PhotoFace:
     image: ImageBGR
     landmarks: Landmarks68
     faces_found: int
+    kps5: Keypoints5 | None = None  # the detector's own five points, where it finds them
+
+    def points(self, which: str) -> npt.NDArray[np.float32]:
+        """The points a swapper prepares this face from: the detector's five (`track.points:
+        detector`, where the detector found them) or the 68 landmarks."""
+        return self.kps5 if which == "detector" and self.kps5 is not None else self.landmarks
 
 
 class SwapJob:
@@ -86,7 +93,7 @@ class SwapJob:
         for photo in self.source_paths:
             face = self.find_face(photo, "source photo")
             self.sources.append(face)
-            self.prepared.append(self.engines.swapper.prepare_source(face.image, face.landmarks))
+            self.prepared.append(self.engines.swapper.prepare_source(face.image, face.points(cfg.track.points)))
         for photo in self.reference_paths:
             face = self.find_face(photo, "reference photo")
             self.reference_embeddings.append(self.engines.embedder.forward(face.image, face.landmarks))
@@ -97,16 +104,23 @@ class SwapJob:
         models = self.models
         image = read_image(path) if image is None else image
         frame = FrameViews(image)
-        dets = models.detector.forward(frame)
+        points: list[Keypoints5 | None]
+        if isinstance(models.detector, PointDetector):
+            found = models.detector.forward_points(frame)
+            dets, points = [(box, score) for box, score, _ in found], [k for _, _, k in found]
+        else:
+            dets = models.detector.forward(frame)
+            points = [None] * len(dets)
         if not dets:  # photos are often small: the engine's photo detector looks harder
             dets = models.photo_detector.forward(frame)
+            points = [None] * len(dets)
         if not dets:
             raise NoFaceError(f"{what} {path!r}: no face found")
-        box, _ = max(dets, key=lambda d: (d[0][2] - d[0][0]) * (d[0][3] - d[0][1]))
+        i = max(range(len(dets)), key=lambda j: (dets[j][0][2] - dets[j][0][0]) * (dets[j][0][3] - dets[j][0][1]))
         if len(dets) > 1:
             self.notes.append(f"{what} {path!r} has {len(dets)} faces; using the largest")
-        landmarks = models.landmarker.forward(frame, box)
-        return PhotoFace(path, image, landmarks, len(dets))
+        landmarks = models.landmarker.forward(frame, dets[i][0])
+        return PhotoFace(path, image, landmarks, len(dets), points[i])
 
     def share(self) -> None:
         """Let several pipelines run on this job's models at once (a server's peers): each
@@ -120,7 +134,7 @@ class SwapJob:
         """The swapper's per-source preparation of `face` (safe beside running pipelines)."""
         models = self.models
         with exclusive(models.embedder, "forward"):  # the swapper may use the embedder inside
-            return models.swapper.prepare_source(face.image, face.landmarks)
+            return models.swapper.prepare_source(face.image, face.points(self.config.track.points))
 
     def model_calls(self) -> dict[str, int]:
         """Calls of each model so far (the models live as long as the job)."""
