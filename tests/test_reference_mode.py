@@ -145,13 +145,26 @@ def _decoded(path: Path) -> list[np.ndarray]:
     return out
 
 
-def test_video_is_exact_before_encoding(models: Path, reference: Reference, tmp_path: Path) -> None:
+@pytest.mark.parametrize("staged", [True, False])
+def test_video_is_exact_before_encoding(models: Path, reference: Reference, tmp_path: Path, staged: bool) -> None:
     clip = tmp_path / "in.mp4"
     make_clip(clip, [still(shift) for shift in (0, 6, 12, 18)], n=4, fps=25, audio=False)
     frames: list[np.ndarray] = []
-    job = _job(models)
+    job = _job(models, f"pipeline.staged={str(staged).lower()}")
     run_video(job, str(clip), str(tmp_path / "out.mp4"), on_frame=lambda slot: frames.append(slot.image.copy()))
     inputs = _decoded(clip)
     assert len(frames) == len(inputs) == 4
     for i, (got, picture) in enumerate(zip(frames, inputs)):
         np.testing.assert_array_equal(got, reference.swap(picture), err_msg=f"frame {i}")
+
+
+def test_live_runs_detect_in_line(models: Path) -> None:
+    """A live run of the reference mode detects each frame in line: the detector's points
+    belong to the frame they were found on (a background detection's arrive frames late)."""
+    from stream.job.assembly import assemble
+    from stream.runtime.allocator import default_allocator
+
+    job = _job(models, "detect.background=true")  # even when asked to detect in the background
+    pipeline = assemble(job.config, job.models, job.prepared, [], (H, W), None, None,  # type: ignore[arg-type]
+                        live=True, allocator=default_allocator())
+    assert pipeline.tracker.background is None
