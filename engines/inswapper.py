@@ -205,8 +205,8 @@ class InSwapper:
         crop, M = self.forward_crop(frame_bgr, kps5, latent)
         return self.blend_crop(frame_bgr, crop, M)
 
-    def forward_many(self, frame_bgr: ImageBGR, kps5_list: list[npt.NDArray[np.floating] | Face],
-                     latents: list[Latent]) -> list[SwapResult | None]:
+    def forward_many(self, frame_bgr: ImageBGR, kps5_list: Sequence[npt.NDArray[np.floating] | Face],
+                     latents: Sequence[Latent]) -> list[SwapResult | None]:
         """Swap several faces of one frame; one model call when the export allows batches.
 
         The faces are composited in order, as insightface's per-frame loop pastes them: each

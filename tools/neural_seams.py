@@ -34,7 +34,8 @@ from engines.ort_runtime import OrtRuntime  # noqa: E402
 from stream.media.demo_clips import astronaut, group_picture  # noqa: E402
 from tools.synth.face_models import make_arcface, make_inswapper  # noqa: E402
 
-ASTRONAUT_KPS = np.float32([[219.3, 109.4], [265.4, 99.4], [247.7, 128.8], [227.4, 161.1], [270.9, 153.5]])
+ASTRONAUT_KPS = np.array([[219.3, 109.4], [265.4, 99.4], [247.7, 128.8], [227.4, 161.1], [270.9, 153.5]],
+                         np.float32)
 SHIFTS = [(0, 0), (46, 28), (-38, 40), (20, -44)]
 CPU = ["CPUExecutionProvider"]
 
@@ -75,8 +76,8 @@ def _dlib_kps(image: np.ndarray) -> list[np.ndarray]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.parse_args(argv)
-    from insightface.app.common import Face as IFace
-    from insightface.model_zoo import get_model
+    from insightface.app.common import Face as IFace  # type: ignore[import-untyped]
+    from insightface.model_zoo import get_model  # type: ignore[import-untyped]
 
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -88,12 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         theirs = get_model(str(d / "inswapper.onnx"), providers=CPU)
         latent = swapper.prepare_source(embedder.forward(astronaut(), ASTRONAUT_KPS))
         source = IFace(embedding=embedder.forward(astronaut(), ASTRONAUT_KPS))
-        stills = {"four": (astronaut(), [ASTRONAUT_KPS + np.float32(s) for s in SHIFTS]),
-                  "t1": (group_picture(), None)}
+        stills: dict[str, tuple[np.ndarray, list[np.ndarray] | None]] = {
+            "four": (astronaut(), [ASTRONAUT_KPS + np.array(s, np.float32) for s in SHIFTS]),
+            "t1": (group_picture(), None)}
         print(f"{'still':6} {'faces':>5} {'compositing':12} {'seam px':>8} {'off insightface px':>18} "
               f"{'swapper calls':>13}")
-        for name, (image, kps) in stills.items():
-            kps = kps if kps is not None else _dlib_kps(image)
+        for name, (image, given) in stills.items():
+            kps = given if given is not None else _dlib_kps(image)
             reference = image.copy()
             for k in kps:
                 reference = theirs.get(reference, IFace(kps=k), source, paste_back=True)
