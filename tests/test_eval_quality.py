@@ -233,3 +233,21 @@ def test_the_suite_swaps_with_facestream_and_prints_the_table(tmp_path: Path) ->
     assert (tmp_path / "leave-return.fast.mp4").is_file()
     assert fig["frames"] == 72 and fig["faces"] >= 3 and fig["swapped"] > 0.5
     assert fig["dist_after"] < fig["dist_before"]
+
+
+def test_a_swap_spilling_past_its_face_is_not_a_non_face_swap() -> None:
+    changed = np.zeros((360, 640), bool)
+    face = (200.0, 100.0, 300.0, 200.0)
+    changed[110:190, 180:390] = True  # the face's swap, reaching well past its grown box
+    changed[250:300, 500:560] = True  # a swap on something else
+    assert metrics.stray_swaps(changed, [face]) == [(500.0, 250.0, 560.0, 300.0)]
+
+
+def test_overpaint_is_the_changed_share_of_an_occluder_in_front_of_a_face() -> None:
+    changed = np.zeros((360, 640), bool)
+    face = (200.0, 100.0, 300.0, 200.0)
+    cup = (180.0, 150.0, 260.0, 230.0)  # its part in front of the face: x 200-260, y 150-200
+    assert metrics.occluder_overpaint(changed, [face], cup) == 0.0
+    changed[150:200, 200:230] = True
+    assert metrics.occluder_overpaint(changed, [face], cup) == pytest.approx(0.5)
+    assert metrics.occluder_overpaint(changed, [face], (400.0, 0.0, 450.0, 50.0)) is None  # not in front

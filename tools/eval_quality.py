@@ -9,13 +9,14 @@ The suite (clips made from installed pictures, `facestream swap` in fast, defaul
 
     python tools/eval_quality.py --suite [--clips rotate,small] [--configs default] [--json PATH]
 
-Columns: before/after (mean distance of dlib's 128-d embedding to the source photo; under 0.6
-is the same person), closer (share of face samples whose distance went down by more than
-0.02), <0.6 (share under 0.6 after), swapped (share of face samples changed at all), shift
-(mean distance of the output face's 68 landmarks from the input face's, in inter-ocular
-units), flicker (frame-to-frame change inside the face boxes, output / input), seam
-(gradient along the swapped region's border, output / input at the same pixels), non-face
-(changed blobs wholly away from every face, summed over frames). ArcFace distances are
+Columns: before/after (mean distance of dlib's 128-d embedding to the source photo; under
+0.6 is the same person), closer (share of face samples swapped and whose distance went down
+by more than 0.02), <0.6 (share under 0.6 after), swapped (share of face samples changed at
+all), shift (mean distance of the output face's 68 landmarks from the input face's, in
+inter-ocular units), flicker (frame-to-frame change inside the face boxes, output / input),
+seam (gradient along the swapped region's border, output / input at the same pixels),
+non-face (changed blobs wholly away from every face, summed over frames), overpaint (share
+of an occluder's pixels in front of a face that the swap changed). ArcFace distances are
 added when its model file (w600k_r50.onnx) is found by the model catalog.
 """
 from __future__ import annotations
@@ -45,12 +46,14 @@ COLUMNS = (("clip", "clip", "{}"), ("config", "config", "{}"), ("faces", "faces"
            ("closer", "closer", "{:.0%}"), ("under", "<0.6", "{:.0%}"), ("swapped", "swapped", "{:.0%}"),
            ("landmark_shift", "shift", "{:.3f}"), ("flicker", "flicker", "{:.2f}"),
            ("seam", "seam", "{:.2f}"), ("nonface_swaps", "non-face", "{}"))
+OCCLUDER_COLUMNS = (("occluder_overpaint", "overpaint", "{:.0%}"),)
 ARC_COLUMNS = (("arc_before", "arc before", "{:.3f}"), ("arc_after", "arc after", "{:.3f}"),
                ("arc_closer", "arc closer", "{:.0%}"))
 
 
 def table(reports: list[QualityReport]) -> str:
-    columns = COLUMNS + (ARC_COLUMNS if any(r.arc_after is not None for r in reports) else ())
+    columns = (COLUMNS + (OCCLUDER_COLUMNS if any(r.occluder_overpaint is not None for r in reports) else ())
+               + (ARC_COLUMNS if any(r.arc_after is not None for r in reports) else ()))
     rows = [[title for _, title, _ in columns]]
     for r in reports:
         row = []
