@@ -15,6 +15,11 @@ HTTP API (JSON unless said; every refusal is 4xx with a one-line {"error"}):
   `DELETE /api/sessions/ID` (or `POST /api/sessions/ID/close`);
 - `GET /api/status`.
 
+WHIP and WHEP (stream.server.whip): `POST /whip[/FACE]` and `POST /whep/SESSION` with an
+SDP offer, answered 201 with the SDP answer and the resource's `Location` to DELETE.
+With an access token (`token`), every request but a CORS preflight must carry it
+(stream.server.access).
+
 A visitor is the holder of the `facestream_visitor` cookie (or `X-Visitor` header),
 given on first contact: uploads are theirs unless the server shares them.
 """
@@ -42,9 +47,14 @@ from stream.errors import StreamError, reason_of
 from stream.job.swap_job import SwapJob
 from stream.media.image_header import FORMATS, ImageHeaderError, read_image_header
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
+from stream.server.access import VISITOR, challenge, given_token, keep_in_cookie, same_token
 from stream.server.faces import FaceEntry, FaceLibrary, new_entry
 from stream.server.listen import bind_socket
 from stream.server.peer import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, OfferError, PeerSession, check_offer
+from stream.server.refusal import ApiError
+from stream.server.refusal import shown as _shown
+from stream.server.viewer import Viewer
+from stream.server.whip import MAX_VIEWERS, MediaEndpoints, is_media_path, media_headers
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +63,6 @@ UPLOAD_WORK_SIDE = 1600  # uploads are searched and kept at most this long a sid
 VISITOR_COOKIE = "facestream_visitor"
 ENDED_KEPT = 256  # ended sessions remembered, to tell their page why
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")
-VISITOR = web.RequestKey("visitor", str)
-
-
-class ApiError(Exception):
-    """A refusal: the status and the one-line message the client gets."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 class FaceServer:
@@ -72,11 +72,14 @@ class FaceServer:
                  say: Callable[[str], None] | None = None, *,
                  ice_addresses: Sequence[str] | None = ("127.0.0.1",), share_uploads: bool = False,
                  max_upload_pixels: int = MAX_UPLOAD_PIXELS, connect_timeout: float = CONNECT_TIMEOUT_S,
-                 idle_timeout: float = IDLE_TIMEOUT_S, library: FaceLibrary | None = None) -> None:
+                 idle_timeout: float = IDLE_TIMEOUT_S, library: FaceLibrary | None = None,
+                 token: str | None = None, max_viewers: int = MAX_VIEWERS) -> None:
         """`ice_addresses`: where peers' ICE candidates are gathered (None: every
         interface); `share_uploads`: every visitor sees every upload; `max_upload_pixels`:
         larger pictures are refused from their header; `connect_timeout`, `idle_timeout`:
-        a session not connected, or without video, that long is closed."""
+        a session not connected, or without video, that long is closed; `token`: when set,
+        every request must carry it (see stream.server.access); `max_viewers`: WHEP viewers
+        at once, all sessions together."""
         if codec not in CODECS:
             raise ValueError(f"codec {codec!r}: choose one of {', '.join(CODECS)}")
         self.job = job
@@ -88,6 +91,9 @@ class FaceServer:
         self.idle_timeout = idle_timeout
         self.library = library or FaceLibrary(share_uploads)
         self.sessions: dict[str, PeerSession] = {}
+        self.token = token
+        self.max_viewers = max_viewers
+        self.viewers: dict[str, Viewer] = {}
         self.ended: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()
         self.sessions_started = 0
         self.say = say or (lambda line: None)  # one line per peer event, for the console
@@ -131,13 +137,23 @@ class FaceServer:
 
     async def end_session(self, session_id: str) -> None:
         session = self.sessions.pop(session_id, None)
+        watching = [v for v in self.viewers.values() if v.stream == session_id]
+        for viewer in watching:
+            viewer.ended = viewer.ended or "the session ended"
+        await asyncio.gather(*(self.end_viewer(v.id) for v in watching))
         if session is not None:
             self.ended[session_id] = (session.token, session.ended or "closed")
             while len(self.ended) > ENDED_KEPT:
                 self.ended.popitem(last=False)
             await session.close()
 
+    async def end_viewer(self, viewer_id: str) -> None:
+        viewer = self.viewers.pop(viewer_id, None)
+        if viewer is not None:
+            await viewer.close()
+
     async def close(self) -> None:
+        await asyncio.gather(*(self.end_viewer(vid) for vid in list(self.viewers)))
         await asyncio.gather(*(self.end_session(sid) for sid in list(self.sessions)))
 
     # -- HTTP ------------------------------------------------------------------------
@@ -155,6 +171,7 @@ class FaceServer:
         app.router.add_delete("/api/sessions/{id}", self.session_close)
         app.router.add_post("/api/sessions/{id}/close", self.session_close)
         app.router.add_get("/api/status", self.status)
+        MediaEndpoints(self).add_routes(app)
         app.on_shutdown.append(lambda _app: self.close())
         return app
 
@@ -168,23 +185,47 @@ class FaceServer:
         fresh = not _TOKEN.fullmatch(given)
         visitor = secrets.token_urlsafe(18) if fresh else given
         request[VISITOR] = visitor
+        media = is_media_path(request.path)  # WHIP/WHEP: errors as one line of text, CORS
+        keep_token = None
         try:
+            keep_token = self._check_access(request)
             response = await handler(request)
         except ApiError as exc:
-            response = _error(exc.status, exc.message)
+            response = _error(exc.status, exc.message, plain=media)
+            response.headers.update(exc.headers)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            response = _error(exc.status, _http_message(request, exc))
+            response = _error(exc.status, _http_message(request, exc), plain=media)
             if "Allow" in exc.headers:
                 response.headers["Allow"] = exc.headers["Allow"]
         except Exception:  # a bug: logged with its traceback, the client gets one line
             log.exception("%s %s failed", request.method, request.path)
-            response = _error(500, "internal error (the server's log has the details)")
+            response = _error(500, "internal error (the server's log has the details)", plain=media)
+        if media:
+            response.headers.update(media_headers(request))
+        if keep_token is not None:
+            keep_in_cookie(response, keep_token)
         if fresh:
             response.set_cookie(VISITOR_COOKIE, visitor, httponly=True, samesite="Strict", path="/",
                                 max_age=30 * 24 * 3600)
         return response
+
+    def _check_access(self, request: web.Request) -> str | None:
+        """Refuse (401) a request without the server's token, when it has one; a CORS
+        preflight needs none (browsers send it without credentials). Returns the token when
+        it came in the query, to be kept in the page's cookie."""
+        if self.token is None or request.method == "OPTIONS":
+            return None
+        given, in_query = given_token(request)
+        if not given:
+            raise ApiError(401, f"{request.method} {_shown(request.path)}: this server needs its access token "
+                                "(Authorization: Bearer TOKEN, or ?access_token=TOKEN once in a browser)",
+                           challenge())
+        if not same_token(given, self.token):
+            raise ApiError(401, f"{request.method} {_shown(request.path)}: wrong access token",
+                           challenge("invalid_token"))
+        return given if in_query else None
 
     async def page(self, request: web.Request) -> web.Response:
         html = resources.files("stream.server").joinpath("web/index.html").read_text(encoding="utf-8")
@@ -257,6 +298,14 @@ class FaceServer:
         if face_id is not None and not isinstance(face_id, str):
             raise ApiError(400, "offer: 'face' must be a face id (a string), or left out for the default")
         face = self._visible_face(face_id or self.library.default or "", request[VISITOR])
+        session, answer = await self.start_session(sdp, face, request[VISITOR])
+        return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": session.id,
+                                  "token": session.token, "codec": session.codec})
+
+    async def start_session(self, sdp: str, face: FaceEntry, visitor: str | None,
+                            via: str = "page") -> tuple[PeerSession, RTCSessionDescription]:
+        """A new peer session answering `sdp` (the page's offer, or a WHIP publisher's),
+        within the server's peer limit and timeouts; ApiError for an offer it cannot take."""
         try:
             check_offer(sdp)
         except OfferError as exc:
@@ -264,8 +313,9 @@ class FaceServer:
         if len(self.sessions) >= self.max_peers:
             raise ApiError(503, f"this server takes {self.max_peers} peers at once; all are in use")
         session = PeerSession(self.job, face, self.codec, say=self.say, on_failed=self.end_session,
-                              visitor=request[VISITOR], ice_addresses=self.ice_addresses,
+                              visitor=visitor, ice_addresses=self.ice_addresses,
                               connect_timeout=self.connect_timeout, idle_timeout=self.idle_timeout)
+        session.via = via
         self.sessions[session.id] = session
         self.sessions_started += 1
         try:
@@ -278,8 +328,7 @@ class FaceServer:
             await self.end_session(session.id)
             raise ApiError(400, "offer: the SDP could not be used (not a WebRTC offer this server "
                                 "can answer)") from exc
-        return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": session.id,
-                                  "token": session.token, "codec": session.codec})
+        return session, answer
 
     def _session(self, request: web.Request) -> PeerSession:
         """The session named in the path, for the holder of its token; 404 for an unknown
@@ -323,7 +372,9 @@ class FaceServer:
                                   "faces": len(self.library.listed(request[VISITOR]))})
 
 
-def _error(status: int, message: str) -> web.Response:
+def _error(status: int, message: str, plain: bool = False) -> web.Response:
+    if plain:
+        return web.Response(text=message + "\n", status=status, content_type="text/plain")
     return web.json_response({"error": message}, status=status)
 
 
@@ -347,12 +398,6 @@ def _http_message(request: web.Request, exc: web.HTTPException) -> str:
     if exc.status == 413:
         return f"{request.method} {path}: the body is larger than {MAX_UPLOAD_BYTES // 2**20} MB"
     return f"{request.method} {path}: {exc.reason}"
-
-
-def _shown(text: str, limit: int = 64) -> str:
-    """A client-supplied value quoted in a message: printable, and short."""
-    clean = "".join(c if c.isprintable() else "?" for c in text)
-    return repr(clean if len(clean) <= limit else clean[:limit] + "...")
 
 
 def _file_name(filename: str | None) -> str:

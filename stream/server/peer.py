@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
 
 from engines.errors import EngineError
 from stream.errors import StreamError, reason_of
@@ -25,6 +26,7 @@ from stream.job.runs import run_live
 from stream.job.swap_job import SwapJob
 from stream.server.faces import FaceEntry
 from stream.server.ice import restrict_gathering
+from stream.sinks.relay import FrameRelay
 from stream.sinks.webrtc import SwappedTrack, WebRtcSink
 from stream.sources.webrtc import TrackReader, WebRtcSource
 
@@ -80,6 +82,9 @@ class PeerSession:
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.source = WebRtcSource(f"webrtc peer {self.id}")
         self.out = SwappedTrack()
+        self.relay = FrameRelay()  # the swapped video for this session's viewers (WHEP)
+        self.via = "page"  # how the peer came: "page" (the JSON offer) or "whip"
+        self._drains: list[asyncio.Task[None]] = []
         self.reader: TrackReader | None = None
         self.thread: threading.Thread | None = None
         self.pipeline: Pipeline | None = None
@@ -100,7 +105,7 @@ class PeerSession:
         if not video:
             raise OfferError("offer: the SDP has no video (m=video) section")
         pc.addTrack(self.out)
-        _prefer_codec(video[0], self.codec_wanted)
+        prefer_codec(video[0], self.codec_wanted)
         restrict_gathering(pc, self.ice_addresses)
         await pc.setLocalDescription(await pc.createAnswer())
         self.codec = _negotiated_codec(video[0])
@@ -134,7 +139,12 @@ class PeerSession:
             await self.on_failed(self.id)
 
     def _on_track(self, track: Any) -> None:
-        if track.kind != "video" or self.reader is not None:
+        if track.kind != "video":
+            # Not used yet (an encoder's audio): read and let go, so aiortc's receive queue
+            # does not grow for the life of the session.
+            self._drains.append(asyncio.ensure_future(_drain(track)))
+            return
+        if self.reader is not None:
             return
         receiver = next((r for r in self.pc.getReceivers() if r.track is track), None)
         self.reader = TrackReader(track, self.source, receiver, on_first=self._start_pipeline)
@@ -157,7 +167,7 @@ class PeerSession:
         assert info is not None
         self.say(f"peer {self.id}: {self.codec or 'video'} {info.width}x{info.height}, "
                         f"face {self.face.name}")
-        sink = WebRtcSink(self.out, info.width, info.height)
+        sink = WebRtcSink(self.out, info.width, info.height, relay=self.relay)
         try:
             result = run_live(self.job, self.source, sink, self.source.name, status=self._on_figures,
                               faces=[self.face.prepared], on_start=self._on_pipeline)
@@ -186,7 +196,7 @@ class PeerSession:
     def state(self) -> dict[str, Any]:
         info = self.source.info
         return {"session": self.id, "connection": self.pc.connectionState, "ended": self.ended,
-                "face": self.face.id,
+                "face": self.face.id, "via": self.via, "viewers": self.relay.viewers,
                 "codec": self.codec, "size": [info.width, info.height] if info else None,
                 "running": self.thread is not None and self.thread.is_alive(), "error": self.error,
                 **self.figures,
@@ -204,6 +214,9 @@ class PeerSession:
         if self.reader is not None:
             await self.reader.stop()
         self.out.stop()
+        self.relay.close()
+        for drain in self._drains:
+            drain.cancel()
         await self.pc.close()
         if self.thread is not None:
             await asyncio.to_thread(self.thread.join, 15.0)
@@ -211,7 +224,15 @@ class PeerSession:
                 log.warning("%s: pipeline still running after close", self.source.name)
 
 
-def _prefer_codec(transceiver: Any, codec: str) -> None:
+async def _drain(track: Any) -> None:
+    try:
+        while True:
+            await track.recv()
+    except MediaStreamError:
+        pass
+
+
+def prefer_codec(transceiver: Any, codec: str) -> None:
     """Answer with `codec` first when the peer offered it ("auto": the peer's order).
 
     aiortc builds the transceiver from the offer and answers in the offer's order; its

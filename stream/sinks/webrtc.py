@@ -15,6 +15,7 @@ from aiortc.mediastreams import MediaStreamError
 from stream.media.clock import VIDEO_TIME_BASE
 from stream.media.convert import YuvFramer
 from stream.runtime.slot import Slot
+from stream.sinks.relay import FrameRelay
 
 
 class SwappedTrack(MediaStreamTrack):
@@ -85,10 +86,12 @@ class SwappedTrack(MediaStreamTrack):
 
 class WebRtcSink:
     """The pipeline's sink for one peer: each finished frame into `SwappedTrack`'s pool, as
-    yuv420p (what the VP8 and H.264 encoders take), stamped with its capture time."""
+    yuv420p (what the VP8 and H.264 encoders take), stamped with its capture time; and,
+    with a `relay`, shared with the session's viewers (WHEP)."""
 
-    def __init__(self, track: SwappedTrack, width: int, height: int) -> None:
+    def __init__(self, track: SwappedTrack, width: int, height: int, relay: FrameRelay | None = None) -> None:
         self.track = track
+        self.relay = relay
         self.framer = YuvFramer(width, height)
         self.frames_written = 0
         self.name = "webrtc peer"
@@ -100,6 +103,8 @@ class WebRtcSink:
         frame = self.framer.fill(slot.image, self.track.claim(self.framer))
         frame.pts = slot.pts
         frame.time_base = slot.time_base or VIDEO_TIME_BASE
+        if self.relay is not None:  # before the push: once pushed, the sender may take it
+            self.relay.publish(frame)
         self.track.push(frame)
         self.frames_written += 1
 
