@@ -173,6 +173,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--port {args.port}: not a port number")
     if args.max_upload_pixels < 1:
         raise CliError(f"--max-upload-pixels {args.max_upload_pixels}: must be at least 1")
+    if args.max_viewers < 0:
+        raise CliError(f"--max-viewers {args.max_viewers}: must be 0 or more")
+    from stream.server.tokens import check_token, read_token_file
+
+    try:
+        token = read_token_file(args.token_file) if args.token_file else \
+            (check_token(args.token) if args.token is not None else None)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     try:
         ice_addresses = ice_addresses_for(args.host, args.ice_host)
     except ValueError as exc:
@@ -205,7 +214,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(line, flush=True)
 
     server = FaceServer(job, max_peers=args.max_peers, codec=args.codec, say=say, ice_addresses=ice_addresses,
-                        share_uploads=args.share_uploads, max_upload_pixels=args.max_upload_pixels)
+                        share_uploads=args.share_uploads, max_upload_pixels=args.max_upload_pixels,
+                        token=token, max_viewers=args.max_viewers)
     server.add_job_faces()
     stops = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 
@@ -218,6 +228,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         where = "every interface" if ice_addresses is None else ", ".join(ice_addresses)
         print(f"serving {url} (engine {job.models.name}, up to "
               f"{args.max_peers} peers, ICE on {where}; Ctrl-C to stop)", flush=True)
+        print(f"WHIP: {url}whip, WHEP: {url}whep/SESSION"
+              + ("; access token required (Bearer, or open the page once as ?access_token=TOKEN)"
+                 if token else ""), flush=True)
         try:
             await stop.wait()
         finally:

@@ -145,7 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                "  facestream serve --host 0.0.0.0 --port 9000     # other machines too (browsers allow\n"
                "                                                  # the camera on https or localhost only)\n"
                "  facestream serve --ice-host 192.168.1.20        # page on loopback (behind an https\n"
-               "                                                  # proxy), media on the LAN address",
+               "                                                  # proxy), media on the LAN address\n"
+               "  facestream serve --token-file token.txt         # WHIP: OBS publishes to\n"
+               "                                                  # http://HOST:8080/whip, Bearer token;\n"
+               "                                                  # players watch /whep/SESSION",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--source", action="append", default=[], metavar="PHOTO",
                        help="a face offered on the page (repeatable; default: scikit-image's astronaut); "
@@ -165,6 +168,16 @@ def build_parser() -> argparse.ArgumentParser:
                             f"decoding (default {MAX_UPLOAD_PIXELS})")
     serve.add_argument("--max-peers", type=int, default=4, metavar="N",
                        help="browsers served at once (default 4); each runs its own pipeline")
+    serve.add_argument("--max-viewers", type=int, default=8, metavar="N",
+                       help="WHEP viewers at once, all sessions together (default 8); each is one more encode")
+    access = serve.add_mutually_exclusive_group()
+    access.add_argument("--token", metavar="TOKEN",
+                        help="require this access token on every request: WHIP/WHEP clients send it as "
+                             "'Authorization: Bearer TOKEN'; a browser opens the page once as "
+                             "/?access_token=TOKEN (kept in a cookie)")
+    access.add_argument("--token-file", metavar="PATH",
+                        help="as --token, the token read from the first line of PATH (kept out of the "
+                             "process list)")
     serve.add_argument("--codec", choices=CODECS, default="vp8",
                        help="video codec to send back when the browser offers it (default vp8: the "
                             "cheapest on a CPU here; auto: the browser's first choice)")
