@@ -17,6 +17,7 @@ frame), and the target: p95 latency <= processing + two frame intervals (no stan
 
     python tools/bench_live.py                  # one face and six faces, 10 s each, both paths
     python tools/bench_live.py --faces 1 --seconds 20 --via webrtc --config quality
+    python tools/bench_live.py --faces 1 --via whip   # WHIP publisher + WHEP viewer: first frame, round trips
 """
 from __future__ import annotations
 
@@ -154,12 +155,80 @@ def run_webrtc(job: SwapJob, clip: str) -> dict:
     return asyncio.run(main())
 
 
+def run_whip(job: SwapJob, clip: str) -> dict:
+    """The clip published through WHIP (sendrecv: the swapped video comes back on the same
+    connection) and watched by one WHEP viewer, both standard aiortc clients on loopback.
+    Round trips are from the publisher's send to each client's decoded frame; the first
+    frame is timed from the POST."""
+    import aioice.ice
+
+    from stream.server.app import FaceServer, start_server
+    from stream.server.whip_client import whep_view, whip_publish
+
+    aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
+
+    async def main() -> dict:
+        server = FaceServer(job)
+        server.add_job_faces()
+        runner, url = await start_server(server, "127.0.0.1", 0)
+        track = ClipTrack(clip)
+        t0 = time.monotonic()
+        publisher = await whip_publish(f"{url}whip", track)
+        sid = publisher.location.rstrip("/").split("/")[-2]
+        session = server.sessions[sid]
+        back = await asyncio.wait_for(publisher.remote, 30)
+        first = await asyncio.wait_for(back.recv(), 30)
+        first_s = time.monotonic() - t0
+        t1 = time.monotonic()
+        viewer = await whep_view(f"{url}whep/{sid}")
+        watched = await asyncio.wait_for(viewer.remote, 30)
+        await asyncio.wait_for(watched.recv(), 30)
+        viewer_first_s = time.monotonic() - t1
+        trips: dict[str, list[float]] = {"whip": [], "whep": []}
+        counts = {"whip": 1, "whep": 1}
+
+        async def drain(name: str, remote) -> None:
+            while True:
+                wait = 0.5 if track.readyState == "ended" else 5.0
+                try:
+                    frame = await asyncio.wait_for(remote.recv(), wait)
+                except (asyncio.TimeoutError, Exception):  # nothing more comes back
+                    return
+                counts[name] += 1
+                n = read_stamp(frame)
+                if n < len(track.sent_at):
+                    trips[name].append(time.monotonic() - track.sent_at[n])
+
+        del first
+        await asyncio.gather(drain("whip", back), drain("whep", watched))
+        await viewer.close()
+        await publisher.close()
+        await server.close()
+        await runner.cleanup()
+        rep = dict(session.report or {})
+        rep["webrtc"] = {"codec": session.codec, "sent": len(track.sent_at), "received": counts["whip"],
+                         "round_trip_ms": _percentiles(trips["whip"])}
+        rep["whip"] = {"first_frame_s": round(first_s, 2), "viewer_first_frame_s": round(viewer_first_s, 2),
+                       "viewer_received": counts["whep"], "viewer_round_trip_ms": _percentiles(trips["whep"])}
+        return rep
+
+    return asyncio.run(main())
+
+
+def _percentiles(seconds: list[float]) -> dict | None:
+    if not seconds:
+        return None
+    ms = np.asarray(seconds) * 1000
+    return {q: round(float(np.percentile(ms, v)), 1) for q, v in (("p50", 50), ("p95", 95))}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--faces", choices=["1", "6", "both"], default="both")
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--via", choices=["vcam", "webrtc", "both"], default="both",
-                    help="to a virtual camera, through WebRTC on loopback, or both (default)")
+    ap.add_argument("--via", choices=["vcam", "webrtc", "whip", "both"], default="both",
+                    help="to a virtual camera, through WebRTC on loopback, or both (default); whip: "
+                         "published through WHIP (swapped video back) and watched by a WHEP viewer")
     ap.add_argument("--config", default="fast", help="preset (default: fast)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                     help="override a config field, e.g. --set detect.background=false (repeatable)")
@@ -180,8 +249,9 @@ def main() -> int:
         paths = ["vcam", "webrtc"] if args.via == "both" else [args.via]
         for name, clip in clips:
             for via in paths:
-                rep = run(job, clip) if via == "vcam" else run_webrtc(job, clip)
-                results[name if via == "vcam" else f"{name} via webrtc"] = rep
+                rep = run(job, clip) if via == "vcam" else run_whip(job, clip) if via == "whip" \
+                    else run_webrtc(job, clip)
+                results[name if via == "vcam" else f"{name} via {via}"] = rep
                 report(f"{name} via {via}", rep)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
@@ -204,6 +274,12 @@ def report(name: str, rep: dict) -> None:
         trip = web["round_trip_ms"]
         line += (f"\n{'':>16}  {web['codec']}: client sent {web['sent']}, got {web['received']} back; "
                  + (f"round trip p50 {trip['p50']:.0f} ms p95 {trip['p95']:.0f} ms" if trip else "no round trip"))
+    whip = rep.get("whip")
+    if whip:
+        trip = whip["viewer_round_trip_ms"]
+        line += (f"\n{'':>16}  first frame back {whip['first_frame_s']:.2f} s after the WHIP POST; WHEP viewer: "
+                 f"first frame {whip['viewer_first_frame_s']:.2f} s after its POST, got {whip['viewer_received']}, "
+                 + (f"publisher-to-viewer p50 {trip['p50']:.0f} ms p95 {trip['p95']:.0f} ms" if trip else "no trip"))
     print(line, flush=True)
 
 
