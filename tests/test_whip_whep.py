@@ -388,3 +388,70 @@ def test_a_bad_token_is_a_one_line_error(args: list[str], message: str, capsys: 
     code = main(["serve", *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and err == [f"facestream: error: {message}"], err
+
+
+def test_live_output_whep_serves_the_run_to_viewers(source_photo: Path, tmp_path: Path,
+                                                     source_identity: tuple[Identity, np.ndarray]) -> None:
+    import re
+    import subprocess
+    import sys
+
+    from stream.media.demo_clips import make_single_face_clip
+
+    clip_path = tmp_path / "camera.mp4"
+    make_single_face_clip(clip_path, seconds=12.0, fps=30, size=(640, 360))
+    proc = subprocess.Popen([sys.executable, "-m", "stream.cli", "live", "--source", str(source_photo),
+                             "--input", str(clip_path), "--output", "whep:0", "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = ""
+        for line in proc.stderr:
+            if line.startswith("live:"):
+                break
+        found = re.search(r"WHEP (http://\S+/)whep", line)
+        assert found, line
+        url = found.group(1)
+
+        async def watch() -> dict[str, Any]:
+            got: dict[str, Any] = {}
+            first = await whep_view(f"{url}whep")  # the bare endpoint, and the stream by name
+            second = await whep_view(f"{url}whep/live")
+            assert first.location.startswith(f"{url}whep/live/viewers/")
+            got["first"] = await frames_of(first.remote, 20)
+            got["second"] = await frames_of(second.remote, 20)
+            with pytest.raises(SignallingError) as refused:
+                await whep_view(f"{url}whep/other")
+            got["other"] = refused.value.status
+            got["delete"] = await first.delete()
+            await first.pc.close()
+            got["second_more"] = len(await frames_of(second.remote, 10))
+            await second.close()
+            return got
+
+        got = asyncio.run(watch())
+        out, err = proc.communicate(timeout=60)  # the clip ends: the run ends, the server with it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert got["other"] == 404 and got["delete"] == 200 and got["second_more"] == 10
+    identity, target = source_identity
+    with av.open(str(clip_path)) as container:
+        sent = next(container.decode(video=0)).to_ndarray(format="bgr24")
+    before = closest(identity, sent, target)
+    for key in ("first", "second"):
+        frame = got[key][-1]
+        assert (frame.width, frame.height) == (640, 360)
+        after = closest(identity, frame.to_ndarray(format="bgr24"), target)
+        assert after < before - 0.03, (key, before, after)
+
+
+def test_a_malformed_whep_output_is_a_one_line_error(source_photo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from stream.cli.main import main
+
+    code = main(["live", "--source", str(source_photo), "--input", "webcam:0", "--output", "whep:notaport"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and err == ["facestream: error: --output 'whep:notaport': expected whep, whep:PORT or "
+                                 "whep:HOST:PORT"], err

@@ -105,6 +105,7 @@ def cmd_live(args: argparse.Namespace) -> int:
         width, height = int(w), int(h)
     if args.record and args.output == args.record:
         raise CliError(f"--record {args.record!r} is also the --output")
+    whep = _whep_output(args.output)
     board = StatusBoard(sys.stderr)
     # Signals are ours from here on: before the pipeline runs, a stop interrupts the loading
     # and whatever was opened is closed again (an output file holding no frame is removed);
@@ -118,7 +119,13 @@ def cmd_live(args: argparse.Namespace) -> int:
         def sinks_for(info: VideoInfo) -> FanoutSink:
             # A clip standing in for a camera has a sound track: recordings keep it, in step.
             audio = source.audio_from if isinstance(source, WebcamSource) else None
-            sinks = [open_sink(args.output, info, config, args.vcam_backend, args.vcam_device, audio_from=audio)]
+            if whep is not None:
+                from stream.server.whep_output import WhepOutput
+
+                sinks: list[Any] = [WhepOutput(info.width, info.height, *whep)]
+            else:
+                sinks = [open_sink(args.output, info, config, args.vcam_backend, args.vcam_device,
+                                   audio_from=audio)]
             if args.record:
                 sinks.append(record_sink(args.record, info, config, audio_from=audio))
             made.append(FanoutSink(sinks))
@@ -159,6 +166,18 @@ def cmd_live(args: argparse.Namespace) -> int:
         if args.record:
             print(f"recorded {args.record}")
     return 0
+
+
+def _whep_output(spec: str) -> tuple[str, int] | None:
+    """(host, port) of `--output whep[:[HOST:]PORT]`, checked before the models load."""
+    if spec != "whep" and not spec.startswith("whep:"):
+        return None
+    from stream.server.whep_output import parse_whep_output
+
+    try:
+        return parse_whep_output(spec)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

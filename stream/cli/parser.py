@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--input", "-i", required=True, metavar="INPUT",
                       help="webcam:N (or webcam:/dev/videoN), rtsp://..., or a video file played in real time")
     live.add_argument("--output", "-o", default="preview", metavar="OUTPUT",
-                      help="vcam (virtual camera), rtsp://server/path (publish), preview (a window; "
+                      help="vcam (virtual camera), rtsp://server/path (publish), whep[:[HOST:]PORT] (serve "
+                           "WHEP viewers at http://HOST:PORT/whep; default 127.0.0.1:8080), preview (a window; "
                            "default), or a file")
     live.add_argument("--record", metavar="FILE", help="also write the swapped stream to FILE (.mp4, .mkv)")
     live.add_argument("--size", metavar="WxH", help="webcam: ask for this picture size (e.g. 1280x720)")

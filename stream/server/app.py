@@ -15,7 +15,7 @@ HTTP API (JSON unless said; every refusal is 4xx with a one-line {"error"}):
   `DELETE /api/sessions/ID` (or `POST /api/sessions/ID/close`);
 - `GET /api/status`.
 
-WHIP and WHEP (stream.server.whip): `POST /whip[/FACE]` and `POST /whep/SESSION` with an
+WHIP and WHEP (stream.server.whip, .whep): `POST /whip[/FACE]` and `POST /whep/SESSION` with an
 SDP offer, answered 201 with the SDP answer and the resource's `Location` to DELETE.
 With an access token (`token`), every request but a CORS preflight must carry it
 (stream.server.access).
@@ -53,8 +53,10 @@ from stream.server.listen import bind_socket
 from stream.server.peer import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, OfferError, PeerSession, check_offer
 from stream.server.refusal import ApiError
 from stream.server.refusal import shown as _shown
+from stream.server.signalling import MAX_VIEWERS, is_media_path, media_headers
 from stream.server.viewer import Viewer
-from stream.server.whip import MAX_VIEWERS, MediaEndpoints, is_media_path, media_headers
+from stream.server.whip import MediaEndpoints
+from stream.sinks.relay import FrameRelay
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +148,11 @@ class FaceServer:
             while len(self.ended) > ENDED_KEPT:
                 self.ended.popitem(last=False)
             await session.close()
+
+    def relay_of(self, stream: str) -> FrameRelay | None:
+        """The swapped video of session `stream`, for its WHEP viewers."""
+        session = self.sessions.get(stream)
+        return session.relay if session is not None else None
 
     async def end_viewer(self, viewer_id: str) -> None:
         viewer = self.viewers.pop(viewer_id, None)

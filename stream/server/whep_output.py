@@ -1,0 +1,161 @@
+"""`facestream live --output whep[:[HOST:]PORT]`: the live run's swapped video served to
+any number of WHEP viewers (players, OBS's WHEP source, a browser page) from a small
+HTTP server of its own, at http://HOST:PORT/whep (the stream is also /whep/live).
+
+The pipeline's sink converts each finished frame once and hands it to a relay; each
+viewer's track keeps only the newest frame (see stream.sinks.relay), so a slow viewer
+skips frames and never slows the pipeline or the others. The server runs on its own
+event loop in a thread, opened with the sink and closed with it.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+
+from aiohttp import web
+
+from stream.errors import SinkError, StreamError
+from stream.media.clock import VIDEO_TIME_BASE
+from stream.media.convert import YuvFramer
+from stream.runtime.slot import Slot
+from stream.server.ice import ice_addresses_for
+from stream.server.listen import bind_socket
+from stream.server.peer import CONNECT_TIMEOUT_S
+from stream.server.signalling import MAX_VIEWERS, media_middleware
+from stream.server.viewer import Viewer
+from stream.server.whep import WhepEndpoints
+from stream.sinks.relay import FrameRelay
+
+log = logging.getLogger(__name__)
+
+STREAM = "live"
+DEFAULT_PORT = 8080
+
+
+def parse_whep_output(spec: str) -> tuple[str, int] | None:
+    """(host, port) of a `whep[:[HOST:]PORT]` output, None when `spec` is not one;
+    ValueError (one line) for a malformed one."""
+    if spec != "whep" and not spec.startswith("whep:"):
+        return None
+    rest = spec[5:]
+    host, _, port = rest.rpartition(":")
+    if not port:
+        return "127.0.0.1", DEFAULT_PORT
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--output {spec!r}: expected whep, whep:PORT or whep:HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class WhepOutput:
+    """A live sink that serves its frames to WHEP viewers."""
+
+    def __init__(self, width: int, height: int, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 token: str | None = None, codec: str = "vp8", max_viewers: int = MAX_VIEWERS,
+                 connect_timeout: float = CONNECT_TIMEOUT_S, say: Callable[[str], None] | None = None) -> None:
+        self.host, self.port = host, port
+        self.token = token
+        self.codec = codec
+        self.max_viewers = max_viewers
+        self.connect_timeout = connect_timeout
+        self.say = say or (lambda line: None)
+        self.ice_addresses = ice_addresses_for(host)
+        self.relay = FrameRelay()
+        self.framer = YuvFramer(width, height)
+        self.viewers: dict[str, Viewer] = {}
+        self.frames_written = 0
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return f"WHEP {self.url or f'http://{self.host}:{self.port}/'}whep"
+
+    # -- what WhepEndpoints needs ---------------------------------------------------
+
+    def relay_of(self, stream: str) -> FrameRelay | None:
+        return self.relay if stream == STREAM else None
+
+    async def end_viewer(self, viewer_id: str) -> None:
+        viewer = self.viewers.pop(viewer_id, None)
+        if viewer is not None:
+            await viewer.close()
+
+    # -- the sink -------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Listen (a SinkError, one line, when the port cannot be bound) and serve."""
+        if self._thread is not None:
+            return
+        try:
+            sock = bind_socket(self.host, self.port)
+        except StreamError as exc:
+            raise SinkError(str(exc).replace("serve:", "--output whep:", 1)) from exc
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        failed: list[BaseException] = []
+
+        async def start() -> None:
+            app = web.Application(middlewares=[media_middleware(self.token)])
+            WhepEndpoints(self, default_stream=STREAM).add_routes(app)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            await web.SockSite(runner, sock).start()
+            self._runner = runner
+            bound = sock.getsockname()[1]
+            shown = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+            self.url = f"http://{shown}:{bound}/"
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(start())
+            except BaseException as exc:  # noqa: BLE001 - said by open() in the caller's thread
+                failed.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(self._shutdown())
+                loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="fs-whep-output", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if failed:
+            sock.close()
+            self._thread = None
+            raise SinkError(f"--output whep: cannot serve on {self.host}:{self.port} ({failed[0]})")
+
+    async def _shutdown(self) -> None:
+        await asyncio.gather(*(self.end_viewer(v) for v in list(self.viewers)))
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def write(self, slot: Slot) -> None:
+        frame = self.framer(slot.image)  # reused: the relay copies what it keeps
+        frame.pts = slot.pts
+        frame.time_base = slot.time_base or VIDEO_TIME_BASE
+        self.relay.publish(frame)
+        self.frames_written += 1
+
+    def close(self) -> None:
+        self.relay.close()
+        thread, loop = self._thread, self._loop
+        self._thread = None
+        if thread is None or loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(loop.stop)
+        except RuntimeError:  # already closed
+            pass
+        thread.join(15)
+        if thread.is_alive():
+            log.warning("%s: the server did not stop within 15 s", self.name)
