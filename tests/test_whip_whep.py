@@ -132,6 +132,9 @@ def test_whep_viewers_watch_an_obs_like_publisher_and_a_stalled_viewer_holds_bac
         # stuck (its encoder never asks for a frame): a track of the relay nobody pulls.
         idle = await whep_view(f"{url}whep/{sid}")
         await asyncio.wait_for(idle.remote, 30)
+        with pytest.raises(SignallingError) as refused:  # two viewers at most on this server
+            await whep_view(f"{url}whep/{sid}")
+        got["third"] = (refused.value.status, refused.value.reason)
         stuck = session.relay.track()
         pipeline = session.pipeline
         assert pipeline is not None
@@ -155,7 +158,8 @@ def test_whep_viewers_watch_an_obs_like_publisher_and_a_stalled_viewer_holds_bac
             await call.pc.close()
         return got
 
-    got = serve(shared_job, scenario)
+    got = serve(shared_job, scenario, max_viewers=2)
+    assert got["third"][0] == 503 and "2 viewers at once" in got["third"][1]
     # The viewer got the session's swapped video.
     identity, target = source_identity
     before = min(closest(identity, picture, target) for picture in clip[:3])
@@ -170,6 +174,34 @@ def test_whep_viewers_watch_an_obs_like_publisher_and_a_stalled_viewer_holds_bac
     pts = [f.pts for f in got["later"]]
     assert pts == sorted(pts) and len(set(pts)) == len(pts)
     assert got["viewers_gone"] and got["viewer_delete"] == 404
+
+
+def test_a_whip_publisher_or_viewer_that_never_connects_frees_its_slot(shared_job: SwapJob,
+                                                                     clip: list[np.ndarray]) -> None:
+    said: list[str] = []
+
+    async def scenario(server: FaceServer, url: str) -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        live = await whip_publish(f"{url}whip", PacedTrack(clip))
+        await frames_of(live.remote, 2)
+        sid = session_of(live.location)
+        # Both leave right after the answer, without a word and before ICE connects.
+        ghost = await whip_publish(f"{url}whip", PacedTrack(clip))
+        await ghost.pc.close()
+        ghost_viewer = await whep_view(f"{url}whep/{sid}")
+        await ghost_viewer.pc.close()
+        got["held"] = (len(server.sessions), len(server.viewers))
+        t0 = time.monotonic()
+        got["freed"] = await until(lambda: len(server.sessions) == 1 and not server.viewers, 10)
+        got["after_s"] = time.monotonic() - t0
+        got["live_left"] = sid in server.sessions
+        await live.close()
+        return got
+
+    got = serve(shared_job, scenario, connect_timeout=2.0, say=said.append)
+    assert got["held"] == (2, 1) and got["freed"] and got["live_left"], got
+    assert got["after_s"] < 8, got  # bounded by the connect timeout, not ICE's 30 s consent
+    assert sum("not connected within 2 s" in line for line in said) == 2, said
 
 
 def test_the_relay_never_waits_for_a_viewer_and_keeps_one_frame_each() -> None:
