@@ -15,6 +15,7 @@ import av
 import cv2
 import numpy as np
 import pytest
+from aiortc.mediastreams import AudioStreamTrack
 
 from stream.job.swap_job import SwapJob
 from stream.server.app import FaceServer
@@ -120,11 +121,13 @@ def test_whep_viewers_watch_an_obs_like_publisher_and_a_stalled_viewer_holds_bac
         shared_job: SwapJob, clip: list[np.ndarray], source_identity: tuple[Identity, np.ndarray]) -> None:
     async def scenario(server: FaceServer, url: str) -> dict[str, Any]:
         got: dict[str, Any] = {}
-        # A publisher as OBS is one: it sends (sendonly) and takes nothing back.
-        publisher = await whip_publish(f"{url}whip", PacedTrack(clip), receive=False)
+        # A publisher as OBS is one: it sends (sendonly) video and sound, takes nothing back.
+        publisher = await whip_publish(f"{url}whip", PacedTrack(clip), receive=False, audio=AudioStreamTrack())
         sid = session_of(publisher.location)
         session = server.sessions[sid]
         assert await until(lambda: session.pipeline is not None, 30)
+        # Its sound is not used yet: it is read and let go, not queued for the session's life.
+        got["audio_drained"] = await until(lambda: len(session._drains) == 1, 10) and not session._drains[0].done()
         watcher = await whep_view(f"{url}whep/{sid}")
         assert watcher.location.startswith(f"{url}whep/{sid}/viewers/")
         got["watched"] = await frames_of(watcher.remote, 20)
@@ -159,6 +162,7 @@ def test_whep_viewers_watch_an_obs_like_publisher_and_a_stalled_viewer_holds_bac
         return got
 
     got = serve(shared_job, scenario, max_viewers=2)
+    assert got["audio_drained"]
     assert got["third"][0] == 503 and "2 viewers at once" in got["third"][1]
     # The viewer got the session's swapped video.
     identity, target = source_identity

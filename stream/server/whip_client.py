@@ -50,14 +50,18 @@ class MediaCall:
 
 
 async def whip_publish(url: str, track: MediaStreamTrack, token: str | None = None, receive: bool = True,
-                       ice_addresses: Sequence[str] | None = None) -> MediaCall:
+                       ice_addresses: Sequence[str] | None = None,
+                       audio: MediaStreamTrack | None = None) -> MediaCall:
     """Publish `track` to a WHIP endpoint (`url`, e.g. http://host:8080/whip); `receive`:
-    offer sendrecv and take back the video the server sends (else sendonly, as OBS)."""
+    offer sendrecv and take back the video the server sends (else sendonly, as OBS);
+    `audio`: a sound track sent too (sendonly)."""
     from aiortc import RTCPeerConnection
 
     pc = RTCPeerConnection()
     remote = _remote_video(pc)
     pc.addTransceiver(track, direction="sendrecv" if receive else "sendonly")
+    if audio is not None:
+        pc.addTransceiver(audio, direction="sendonly")
     return await _exchange(pc, url, token, remote, ice_addresses)
 
 
