@@ -4,6 +4,7 @@ the servers up, a server gone retried and reported once, batching across process
 `--runtime triton --triton-url` from the command line."""
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -356,3 +357,19 @@ def test_a_server_restarted_mid_run_is_reported_once_and_the_run_finishes(
     assert len(back) == 1 and f"triton {server.grpc_url}: back after" in back[0], err
     assert len(_frames(out)) == LONG_FRAMES
     assert server.statistics("inswapper_128")["inference_count"] > 0  # the restarted server served the rest
+
+
+def test_the_bench_compares_local_and_triton_streams(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, "tools/bench_triton.py", "--streams", "2", "--frames", "8",
+                           "--serve", "inswapper_128", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    assert [(r["mode"], r["streams"]) for r in rows] == [("local", 2), ("triton", 2)]
+    for row in rows:
+        assert row["fps_per_stream"] > 0 and row["swap_p95_ms"] > 0
+        if row["mode"] == "triton":  # only the swapper is served: the rest ran on each stream's own runtime
+            assert set(row["batches"]) == {"inswapper_128"}
+            assert row["batches"]["inswapper_128"]["requests"] >= 8 * row["streams"]
+    assert "inswapper req/exec" in proc.stdout
