@@ -272,6 +272,23 @@ def test_a_swap_through_triton_is_the_local_swap_frame_for_frame(server: TritonS
     assert "runs on the local ONNX Runtime" not in said.out + said.err
 
 
+def test_a_model_the_server_lacks_runs_locally_and_the_run_says_so(
+        server: TritonServer, models_dir: Path, long_clip: Path, source_photo: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture) -> None:
+    with_fan = tmp_path / "with_fan"
+    with_fan.mkdir()
+    for f in FILES.values():
+        (with_fan / f).symlink_to(models_dir / f)
+    make_fan(with_fan / "2dfan4.onnx")  # the server has no 2dfan4
+    before = server.statistics("inswapper_128")["inference_count"]
+    assert main(_swap_args(long_clip, source_photo, tmp_path / "out.mp4", with_fan,
+                           "--triton-url", server.grpc_url)) == 0
+    said = capsys.readouterr().out
+    assert f"triton {server.grpc_url} does not serve '2dfan4': 2dfan4.onnx runs on the local ONNX Runtime" in said
+    assert "does not serve 'inswapper_128'" not in said
+    assert server.statistics("inswapper_128")["inference_count"] > before
+
+
 def test_wrong_url_and_mismatched_model_are_one_line_errors_exit_1(server: TritonServer, face_clip: Path,
                                                                    source_photo: Path, models_dir: Path,
                                                                    tmp_path: Path) -> None:
