@@ -132,7 +132,11 @@ class TritonServers:
     def __init__(self, urls: list[str], timeout: float) -> None:
         if not urls:
             raise ValueError("at least one Triton URL is needed")
-        import tritonclient.grpc as grpcclient  # type: ignore[import-untyped]
+        try:
+            import tritonclient.grpc as grpcclient  # type: ignore[import-untyped]
+        except ImportError as exc:
+            raise EngineError("the Triton runtime needs tritonclient's gRPC client: "
+                              "pip install 'facestream[triton]' (or 'tritonclient[grpc]')") from exc
 
         def connect(url: str) -> Any:
             return grpcclient.InferenceServerClient(url, channel_args=CHANNEL_ARGS)

@@ -141,6 +141,13 @@ def test_importing_engines_imports_no_tritonclient() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_without_tritonclient_the_triton_runtime_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                                      models_dir: Path) -> None:
+    monkeypatch.setitem(sys.modules, "tritonclient.grpc", None)  # as if not installed
+    with pytest.raises(EngineError, match=r"pip install 'facestream\[triton\]'"):
+        runtime_factory(_options("127.0.0.1:8001"))(models_dir / "w600k_r50.onnx")
+
+
 # -- against the server ----------------------------------------------------------------
 
 def test_answers_are_the_local_runtimes(server: TritonServer, models_dir: Path) -> None:
