@@ -250,6 +250,25 @@ def test_requests_are_spread_over_the_servers_up(server: TritonServer, models_di
     remote.close()
 
 
+def test_a_server_away_past_the_timeout_is_a_one_line_error(server: TritonServer, models_dir: Path) -> None:
+    remote = TritonRuntime(models_dir / "w600k_r50.onnx", _options(server.grpc_url, timeout=2.0))
+    remote.open()
+    blob = {"input.1": np.zeros((1, 3, 112, 112), np.float32)}
+    remote.run(blob)
+    server.kill()
+    try:
+        started = time.monotonic()
+        with pytest.raises(EngineError) as err:
+            remote.run(blob)
+        waited = time.monotonic() - started
+    finally:
+        server.start()
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("triton: no server answered within 2 s (")
+    assert server.grpc_url in text
+    assert 1.5 < waited < 15  # it waited for the server to come back, then gave up
+
+
 # -- from the command line, in processes -----------------------------------------------
 
 def _frames(path: Path) -> list[np.ndarray]:
