@@ -153,6 +153,10 @@ def test_whep_viewers_watch_an_obs_like_publisher_and_a_stalled_viewer_holds_bac
         got["viewers"] = session.relay.viewers
         stuck.stop()
         got["viewers_after_stop"] = session.relay.viewers
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{url}api/status") as r:
+                status = await r.json()
+        got["status"] = (status["viewers"], status["max_viewers"])
         # Ending the session ends its viewers.
         assert await publisher.delete() == 200
         got["viewers_gone"] = await until(lambda: not server.viewers)
@@ -172,7 +176,7 @@ def test_whep_viewers_watch_an_obs_like_publisher_and_a_stalled_viewer_holds_bac
     # With a viewer that reads nothing and one that is stuck, every frame the pipeline
     # finished was offered to the viewers (the sink never waited for one), the reading
     # viewer kept getting new frames, and the stuck one holds just the newest.
-    assert got["viewers"] == 3 and got["viewers_after_stop"] == 2
+    assert got["viewers"] == 3 and got["viewers_after_stop"] == 2 and got["status"] == (2, 2)
     assert abs(got["published"] - got["out"]) <= 1, got
     assert got["stuck_replaced"] >= got["published"] - 2 > 10, got
     pts = [f.pts for f in got["later"]]

@@ -376,6 +376,7 @@ class FaceServer:
         return web.json_response({"engine": self.job.models.name,
                                   "sessions": len(self.sessions), "max_peers": self.max_peers,
                                   "sessions_started": self.sessions_started,
+                                  "viewers": len(self.viewers), "max_viewers": self.max_viewers,
                                   "faces": len(self.library.listed(request[VISITOR]))})
 
 

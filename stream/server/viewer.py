@@ -8,7 +8,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
@@ -77,11 +76,6 @@ class Viewer:
             await self.on_ended(self.id)
         else:
             await self.close()
-
-    def state(self) -> dict[str, Any]:
-        track = self.track
-        return {"viewer": self.id, "stream": self.stream, "connection": self.pc.connectionState,
-                "sent": track.frames_sent if track else 0, "skipped": track.frames_replaced if track else 0}
 
     async def close(self) -> None:
         if self.closed:
