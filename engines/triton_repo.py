@@ -117,19 +117,24 @@ def _place(src: Path, dst: Path, link: bool) -> Path:
     return dst
 
 
+DYNAMIC_SIDE = 640  # what a dynamic image axis is built for: our detector's input (models.detect_size)
+
+
 def _trtexec_line(name: str, spec: ModelSpec, max_batch: int) -> str:
     cmd = f"trtexec --onnx={name}/model.onnx --saveEngine={name}/1/model.plan --fp16"
-    if any(-1 in (t.dims[1:] if spec.batched else t.dims) for t in spec.inputs):
-        shapes = ", ".join(f"{t.name} {list(t.dims)}" for t in spec.inputs)
-        return (f"# {name}: its inputs have dynamic axes ({shapes}): add --minShapes/--optShapes/--maxShapes "
-                f"for the sizes you serve\n{cmd}")
-    if not spec.batched:
+    dynamic = any(-1 in (t.dims[1:] if spec.batched else t.dims) for t in spec.inputs)
+    if not spec.batched and not dynamic:
         return cmd
 
     def shapes(batch: int) -> str:
-        return ",".join(f"{t.name}:{'x'.join(str(d) for d in (batch, *t.dims[1:]))}" for t in spec.inputs)
+        dims = (lambda t: (batch, *t.dims[1:])) if spec.batched else (lambda t: t.dims)
+        return ",".join(f"{t.name}:{'x'.join(str(DYNAMIC_SIDE if d == -1 else d) for d in dims(t))}"
+                        for t in spec.inputs)
 
-    return f"{cmd} --minShapes={shapes(1)} --optShapes={shapes(max_batch)} --maxShapes={shapes(max_batch)}"
+    note = (f"# {name}: its dynamic axes are built for {DYNAMIC_SIDE} (models.detect_size); edit the shapes "
+            f"below for another size\n" if dynamic else "")
+    top = max_batch if spec.batched else 1
+    return f"{note}{cmd} --minShapes={shapes(1)} --optShapes={shapes(top)} --maxShapes={shapes(top)}"
 
 
 def write_repository(folder: str | os.PathLike[str], models: dict[str, Path], backend: str = "onnxruntime",

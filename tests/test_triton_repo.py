@@ -80,7 +80,8 @@ def test_configs_follow_the_onnx_files(models_dir: Path, tmp_path: Path, backend
         text = plans.read_text()
         assert ("--saveEngine=inswapper_128/1/model.plan --fp16 --minShapes=target:1x3x128x128,source:1x512 "
                 "--optShapes=target:6x3x128x128,source:6x512 --maxShapes=target:6x3x128x128,source:6x512") in text
-        assert "# scrfd_10g: its inputs have dynamic axes" in text
+        assert "# scrfd_10g: its dynamic axes are built for 640" in text
+        assert "--minShapes=input.1:1x3x640x640 --optShapes=input.1:1x3x640x640" in text
 
 
 def test_symlinked_files_and_rewriting_a_repository(models_dir: Path, tmp_path: Path) -> None:
