@@ -169,7 +169,7 @@ def plan_lines(config: Config, device: object | None, max_vram: int | None) -> l
     if isinstance(device, DeviceMemory):
         if not gpu_runtime(config.runtime):
             lines.append("the GPU is not used by this runtime as installed (ONNX Runtime without its CUDA "
-                         "provider): install onnxruntime-gpu, or use --set runtime.kind=tensorrt; with the GPU:")
+                         "provider): install onnxruntime-gpu, or run with --runtime tensorrt; with the GPU:")
         lines.append(plan_vram(device, request_for(config), max_vram).line())
     else:
         lines.append(f"no GPU: every model runs on the CPU ({os.cpu_count()} cores; tools/bench.py measures "
