@@ -441,7 +441,7 @@ def test_live_output_whep_serves_the_run_to_viewers(source_photo: Path, tmp_path
     clip_path = tmp_path / "camera.mp4"
     make_single_face_clip(clip_path, seconds=12.0, fps=30, size=(640, 360))
     proc = subprocess.Popen([sys.executable, "-m", "stream.cli", "live", "--source", str(source_photo),
-                             "--input", str(clip_path), "--output", "whep:0", "--quiet"],
+                             "--input", str(clip_path), "--output", "whep:0", "--token", "live-token", "--quiet"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
@@ -455,13 +455,16 @@ def test_live_output_whep_serves_the_run_to_viewers(source_photo: Path, tmp_path
 
         async def watch() -> dict[str, Any]:
             got: dict[str, Any] = {}
-            first = await whep_view(f"{url}whep")  # the bare endpoint, and the stream by name
-            second = await whep_view(f"{url}whep/live")
+            with pytest.raises(SignallingError) as refused:
+                await whep_view(f"{url}whep")
+            got["without_token"] = refused.value.status
+            first = await whep_view(f"{url}whep", token="live-token")  # the bare endpoint, and by name
+            second = await whep_view(f"{url}whep/live", token="live-token")
             assert first.location.startswith(f"{url}whep/live/viewers/")
             got["first"] = await frames_of(first.remote, 20)
             got["second"] = await frames_of(second.remote, 20)
             with pytest.raises(SignallingError) as refused:
-                await whep_view(f"{url}whep/other")
+                await whep_view(f"{url}whep/other", token="live-token")
             got["other"] = refused.value.status
             got["delete"] = await first.delete()
             await first.pc.close()
@@ -476,7 +479,7 @@ def test_live_output_whep_serves_the_run_to_viewers(source_photo: Path, tmp_path
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
-    assert got["other"] == 404 and got["delete"] == 200 and got["second_more"] == 10
+    assert got["without_token"] == 401 and got["other"] == 404 and got["delete"] == 200 and got["second_more"] == 10
     identity, target = source_identity
     with av.open(str(clip_path)) as container:
         sent = next(container.decode(video=0)).to_ndarray(format="bgr24")
@@ -495,3 +498,7 @@ def test_a_malformed_whep_output_is_a_one_line_error(source_photo: Path, capsys:
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and err == ["facestream: error: --output 'whep:notaport': expected whep, whep:PORT or "
                                  "whep:HOST:PORT"], err
+    code = main(["live", "--source", str(source_photo), "--input", "webcam:0", "--output", "out.mp4",
+                 "--token", "abc"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and err == ["facestream: error: --token and --token-file apply to --output whep only"], err

@@ -106,6 +106,9 @@ def cmd_live(args: argparse.Namespace) -> int:
     if args.record and args.output == args.record:
         raise CliError(f"--record {args.record!r} is also the --output")
     whep = _whep_output(args.output)
+    token = _token_of(args)
+    if token is not None and whep is None:
+        raise CliError("--token and --token-file apply to --output whep only")
     board = StatusBoard(sys.stderr)
     # Signals are ours from here on: before the pipeline runs, a stop interrupts the loading
     # and whatever was opened is closed again (an output file holding no frame is removed);
@@ -119,15 +122,16 @@ def cmd_live(args: argparse.Namespace) -> int:
         def sinks_for(info: VideoInfo) -> FanoutSink:
             # A clip standing in for a camera has a sound track: recordings keep it, in step.
             audio = source.audio_from if isinstance(source, WebcamSource) else None
+            sound = getattr(source, "audio", None)  # an RTSP camera's sound, delayed as its pictures
             if whep is not None:
                 from stream.server.whep_output import WhepOutput
 
-                sinks: list[Any] = [WhepOutput(info.width, info.height, *whep)]
+                sinks: list[Any] = [WhepOutput(info.width, info.height, *whep, token=token)]
             else:
                 sinks = [open_sink(args.output, info, config, args.vcam_backend, args.vcam_device,
-                                   audio_from=audio)]
+                                   audio_from=audio, sound=sound)]
             if args.record:
-                sinks.append(record_sink(args.record, info, config, audio_from=audio))
+                sinks.append(record_sink(args.record, info, config, audio_from=audio, sound=sound))
             made.append(FanoutSink(sinks))
             return made[-1]
 
@@ -168,6 +172,18 @@ def cmd_live(args: argparse.Namespace) -> int:
     return 0
 
 
+def _token_of(args: argparse.Namespace) -> str | None:
+    """The access token of --token or --token-file (checked), or None."""
+    from stream.server.tokens import check_token, read_token_file
+
+    try:
+        if args.token_file:
+            return read_token_file(args.token_file)
+        return check_token(args.token) if args.token is not None else None
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+
+
 def _whep_output(spec: str) -> tuple[str, int] | None:
     """(host, port) of `--output whep[:[HOST:]PORT]`, checked before the models load."""
     if spec != "whep" and not spec.startswith("whep:"):
@@ -194,13 +210,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--max-upload-pixels {args.max_upload_pixels}: must be at least 1")
     if args.max_viewers < 0:
         raise CliError(f"--max-viewers {args.max_viewers}: must be 0 or more")
-    from stream.server.tokens import check_token, read_token_file
-
-    try:
-        token = read_token_file(args.token_file) if args.token_file else \
-            (check_token(args.token) if args.token is not None else None)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
+    token = _token_of(args)
     try:
         ice_addresses = ice_addresses_for(args.host, args.ice_host)
     except ValueError as exc:

@@ -125,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "WHEP viewers at http://HOST:PORT/whep; default 127.0.0.1:8080), preview (a window; "
                            "default), or a file")
     live.add_argument("--record", metavar="FILE", help="also write the swapped stream to FILE (.mp4, .mkv)")
+    live_access = live.add_mutually_exclusive_group()
+    live_access.add_argument("--token", metavar="TOKEN",
+                             help="--output whep: viewers must send 'Authorization: Bearer TOKEN'")
+    live_access.add_argument("--token-file", metavar="PATH", help="as --token, read from the first line of PATH")
     live.add_argument("--size", metavar="WxH", help="webcam: ask for this picture size (e.g. 1280x720)")
     live.add_argument("--fps", type=float, help="webcam: ask for this frame rate")
     live.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this many seconds")
