@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import deque
 from fractions import Fraction
 from pathlib import Path
@@ -14,11 +15,13 @@ import numpy as np
 from stream.config import EncodeConfig
 from stream.errors import SinkError, reason_of
 from stream.media.atomic import commit, discard, partial_path
+from stream.media.audio_delay import AudioDelay
 from stream.media.close import close_quietly
 from stream.media.convert import YuvFramer, apply_tags
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 from stream.sinks.carried_streams import CarriedStreams
+from stream.sinks.live_sound import LiveSound
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,9 @@ class FileSink:
     read, as a capture clock does). Frame times the run skipped (frames dropped under load)
     repeat the picture before; a second frame in one frame time is left out. The other
     streams of `audio_from` start with the source's first frame and end with the last
-    frame written, so the sound stays with the pictures.
+    frame written, so the sound stays with the pictures. `live_audio` (with constant_rate):
+    a live source's sound (an RTSP camera's) through its delay line, encoded at the
+    capture times it was stamped with.
     """
 
     def __init__(
@@ -58,6 +63,7 @@ class FileSink:
         audio_from: str | os.PathLike[str] | None = None,
         overwrite: bool = True,
         constant_rate: bool = False,
+        live_audio: AudioDelay | None = None,
     ) -> None:
         self.path = Path(path)
         self.info = info
@@ -75,6 +81,8 @@ class FileSink:
         self._output: av.container.OutputContainer | None = None
         self._video: av.VideoStream | None = None
         self._audio: CarriedStreams | None = None
+        self.live_audio = live_audio if constant_rate else None
+        self._sound: LiveSound | None = None
         self._framer: YuvFramer | None = None
         # Even size for the encoder; the picture padded into `_padded` when it is odd.
         self.width, self.height = info.width + info.width % 2, info.height + info.height % 2
@@ -169,6 +177,8 @@ class FileSink:
             self.notes.extend(self._audio.notes)
             if not self._audio.audio_tracks:
                 log.info("%s has no audio stream; the output has none", self.audio_from)
+        elif self.live_audio is not None:
+            self._sound = LiveSound(self.live_audio, output, self.path.suffix)
         self._framer = YuvFramer(self.width, self.height, info.colour.matrix, info.colour.full_range)
 
     def write(self, slot: Slot) -> None:
@@ -181,6 +191,8 @@ class FileSink:
                               f"({self.info.height}, {self.info.width}, 3)")
         if self.constant_rate:
             self._write_on_grid(slot, image)
+            if self._sound is not None:
+                self._write_sound(slot)
             return
         pts = self._pts(slot)
         if self._last_pts is not None and pts <= self._last_pts:
@@ -209,6 +221,15 @@ class FileSink:
                 self.frames_repeated += 1
         self._encode(frame, index)
         self._held = frame
+
+    def _write_sound(self, slot: Slot) -> None:
+        assert self._sound is not None and self._output is not None
+        if self._sound.origin is None and slot.pts is not None and slot.time_base is not None:
+            self._sound.origin = slot.capture_time - float(slot.pts * slot.time_base)
+        try:
+            self._sound.write_until(self._output, slot.capture_time, time.monotonic())
+        except (av.FFmpegError, OSError, ValueError) as exc:
+            raise self._error(f"writing the sound failed ({reason_of(exc)})") from exc
 
     def _pad(self, image: np.ndarray) -> np.ndarray:
         if self._padded is None:
@@ -312,6 +333,8 @@ class FileSink:
                 for packet in self._video.encode(None):
                     self._waiting.append(packet)
                 self._mux_ready(end=end)
+                if self._sound is not None:
+                    self._sound.finish(output)
                 if self._audio is not None:
                     until = None if self._complete() else (
                         float(end * self._time_base) if end is not None else 0.0)

@@ -10,9 +10,11 @@ import time
 from fractions import Fraction
 
 import av
+import numpy as np
 
 from stream.config import EncodeConfig
 from stream.errors import SinkError, reason_of
+from stream.media.audio_delay import AudioDelay
 from stream.media.backoff import backoff_delay
 from stream.media.clock import VIDEO_TIME_BASE
 from stream.media.close import close_quietly
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 QUEUE_FRAMES = 8  # about a quarter of a second at 30 fps: rides out a slow send, not a stall
 RTP_PACKET = 1400  # bytes: what the server forwards over UDP to its readers must fit a datagram
 CLOSE_GRACE_S = 2.0  # close() lets frames already queued go out for this long
+AUDIO_RATE = 48000  # Opus's clock, and the rate live sources hand their sound on in
+AUDIO_GAP_S = 0.02  # audio this close to where the last ended continues it (no hole, no overlap)
 
 
 class RtspSink:
@@ -44,11 +48,22 @@ class RtspSink:
     `send_timeout` seconds) mid-run, that is one warning line, frames are dropped and
     counted while the writer reconnects with backoff, and the run goes on. `stats()` gives
     the frames dropped, the reconnects and the time without a connection.
+
+    `audio` (the source's sound, 48 kHz stereo s16, through its delay line): published as
+    Opus beside the video (a second stream in the ANNOUNCE). Each `write()` takes the
+    sound captured up to its frame's capture time, so the sound leaves with its picture:
+    delayed by exactly that frame's processing latency. It is timed on the same capture
+    clock as the video, and sound whose frame was dropped goes with the next frame sent.
     """
 
     def __init__(self, url: str, width: int, height: int, fps: float, encode: EncodeConfig,
-                 preset: str = "veryfast", open_timeout: float = 10.0, send_timeout: float = 3.0) -> None:
+                 preset: str = "veryfast", open_timeout: float = 10.0, send_timeout: float = 3.0,
+                 audio: AudioDelay | None = None) -> None:
         self.url = url
+        self.audio = audio
+        self._sound: list[av.AudioFrame] = []  # released, waiting for a frame that is sent
+        self._audio_next: int | None = None  # pts (1/48000) where the sound sent so far ends
+        self.audio_frames_sent = 0
         self.width, self.height = width, height
         self.fps = fps if fps > 0 else 30.0
         self.encode = encode
@@ -62,7 +77,7 @@ class RtspSink:
         # The writer may hold one frame and the queue the next QUEUE_FRAMES: one more to fill.
         self._pool = [self._framer.new_frame() for _ in range(QUEUE_FRAMES + 2)]
         self._next = 0
-        self._queue: queue.Queue[av.VideoFrame] = queue.Queue(QUEUE_FRAMES)
+        self._queue: queue.Queue[tuple[av.VideoFrame, list[av.AudioFrame]]] = queue.Queue(QUEUE_FRAMES)
         self._link: _Link | None = None
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None  # what ended the writer, if not close()
@@ -98,12 +113,19 @@ class RtspSink:
                              "crf": str(self.encode.crf), "forced-idr": "1", "threads": "1",
                              "x264-params": "repeat-headers=1"}  # and in band, for late readers
             output.start_encoding()  # opens the encoder; the rtp muxer writes nothing yet
-            session.start(_media_sdp(bytes(video.codec_context.extradata or b"")), timeout)
+            media = _media_sdp(bytes(video.codec_context.extradata or b""))
+            sound = None
+            if self.audio is not None:
+                sound = _SoundOut()
+                media += "\n" + _OPUS_SDP
+            session.start(media, timeout)
         except BaseException:
             session.close()
             close_quietly(output)
+            if sound is not None:
+                sound.close()
             raise
-        return _Link(session, output, video, packets)
+        return _Link(session, output, video, packets, sound)
 
     def open(self) -> None:
         """Connect and start publishing (a SinkError within `open_timeout` when the server
@@ -137,6 +159,8 @@ class RtspSink:
             self._t0 = slot.capture_time
         pts = max(round((slot.capture_time - self._t0) / VIDEO_TIME_BASE), self._last_pts + 1)
         self._last_pts = pts
+        if self.audio is not None:
+            self._take_sound(slot.capture_time)
         if self._link is None or self._closing.is_set() or self._queue.full():
             self._count_dropped(1)
             return
@@ -145,9 +169,30 @@ class RtspSink:
         frame.pts = pts
         frame.time_base = VIDEO_TIME_BASE
         try:
-            self._queue.put_nowait(frame)
+            self._queue.put_nowait((frame, self._sound))
+            self._sound = []
         except queue.Full:
             self._count_dropped(1)
+
+    def _take_sound(self, captured: float) -> None:
+        """The sound captured up to `captured` (this frame's capture time), as Opus-ready
+        frames timed on the video's clock; sound from before the first frame is left out."""
+        assert self.audio is not None and self._t0 is not None
+        for when, samples in self.audio.release_until(captured, time.monotonic()):
+            n = samples.shape[1] // 2
+            pts = round((when - self._t0) * AUDIO_RATE)
+            if self._audio_next is not None and abs(pts - self._audio_next) <= AUDIO_GAP_S * AUDIO_RATE:
+                pts = self._audio_next  # continuous: clock jitter must not cut or overlap it
+            if pts < 0 or (self._audio_next is not None and pts < self._audio_next):
+                continue
+            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples), format="s16", layout="stereo")
+            frame.sample_rate = AUDIO_RATE
+            frame.pts = pts
+            frame.time_base = Fraction(1, AUDIO_RATE)
+            self._sound.append(frame)
+            self._audio_next = pts + n
+        if len(self._sound) > 100:  # about 2 s held for frames that were all dropped: let it go
+            del self._sound[:-50]
 
     def _count_dropped(self, n: int) -> None:
         if n:
@@ -179,7 +224,7 @@ class RtspSink:
                         attempt = 0
                     continue
                 try:
-                    frame = self._queue.get(timeout=0.1)
+                    frame, sound = self._queue.get(timeout=0.1)
                 except queue.Empty:
                     if self._closing.is_set():
                         break
@@ -187,6 +232,9 @@ class RtspSink:
                 started = time.monotonic()
                 try:
                     link.send(frame, self.send_timeout)
+                    if sound and link.sound is not None:
+                        link.send_sound(sound, self.send_timeout)
+                        self.audio_frames_sent += len(sound)
                 except Cancelled:
                     self._count_dropped(1)
                     break
@@ -275,8 +323,9 @@ class _Link:
     """One working connection: the encoder and rtp muxer, and the session carrying their packets."""
 
     def __init__(self, session: PublishSession, output: av.container.OutputContainer,
-                 video: av.VideoStream, packets: list[bytes]) -> None:
+                 video: av.VideoStream, packets: list[bytes], sound: _SoundOut | None = None) -> None:
         self.session, self.output, self.video, self.packets = session, output, video, packets
+        self.sound = sound
 
     def send(self, frame: av.VideoFrame, timeout: float) -> None:
         self.packets.clear()
@@ -284,8 +333,48 @@ class _Link:
             self.output.mux(packet)
         self.session.send(self.packets, timeout)
 
+    def send_sound(self, frames: list[av.AudioFrame], timeout: float) -> None:
+        assert self.sound is not None
+        packets = self.sound.encode(frames)
+        if packets:
+            self.session.send(packets, timeout, stream=1)
+
     def close(self) -> None:
         self.session.close()
+        close_quietly(self.output)
+        if self.sound is not None:
+            self.sound.close()
+
+
+_OPUS_SDP = "\n".join(["m=audio 0 RTP/AVP 97", "a=rtpmap:97 opus/48000/2", "a=control:streamid=1"])
+
+
+class _SoundOut:
+    """The Opus encoder and its own rtp muxer (one stream per RTP session), payload type 97."""
+
+    def __init__(self) -> None:
+        self.packets: list[bytes] = []
+        self.output = av.open(_Collector(self.packets), "w", format="rtp",
+                              container_options={"packetsize": str(RTP_PACKET), "payload_type": "97"})
+        try:
+            self.stream = self.output.add_stream("libopus", rate=AUDIO_RATE)
+            self.stream.layout = "stereo"
+            self.stream.time_base = Fraction(1, AUDIO_RATE)
+            self.stream.codec_context.time_base = Fraction(1, AUDIO_RATE)
+            self.stream.options = {"application": "lowdelay", "frame_duration": "20"}
+            self.output.start_encoding()
+        except BaseException:
+            close_quietly(self.output)
+            raise
+
+    def encode(self, frames: list[av.AudioFrame]) -> list[bytes]:
+        self.packets.clear()
+        for frame in frames:
+            for packet in self.stream.encode(frame):
+                self.output.mux(packet)
+        return list(self.packets)
+
+    def close(self) -> None:
         close_quietly(self.output)
 
 

@@ -58,7 +58,7 @@ class PublishSession:
         self._cseq = 0
         self._session = ""
         self._auth: Challenge | None = None  # once the server asked for credentials
-        self._channels = (0, 1)
+        self._channels = [(0, 1)]  # (RTP, RTCP) interleaved channels of each stream
         self._keepalive_s = 30.0
         self._next_keepalive = 0.0
         self.recording = False
@@ -66,30 +66,42 @@ class PublishSession:
     # -- the handshake -----------------------------------------------------------------
 
     def start(self, media_sdp: str, timeout: float) -> None:
-        """Connect and ANNOUNCE `media_sdp` (the m= section and its attributes, with
-        `a=control:streamid=0`), SETUP and RECORD, all within `timeout` seconds."""
+        """Connect and ANNOUNCE `media_sdp` (the m= sections and their attributes, the
+        n-th with `a=control:streamid=n`: video, then audio when there is sound), SETUP
+        each stream (RTP interleaved on channels 2n and 2n+1) and RECORD, all within
+        `timeout` seconds."""
         deadline = time.monotonic() + timeout
         self._connect(deadline, timeout)
         self._request("OPTIONS", self.url.request_url, deadline, timeout)
         self._request("ANNOUNCE", self.url.request_url, deadline, timeout,
                       body=self._sdp(media_sdp), content_type="application/sdp")
-        control = self.url.request_url.rstrip("/") + "/streamid=0"
-        answer = self._request("SETUP", control, deadline, timeout,
-                               extra={"Transport": "RTP/AVP/TCP;unicast;interleaved=0-1;mode=record"})
+        streams = max(1, sum(1 for line in media_sdp.splitlines() if line.startswith("m=")))
+        self._channels = []
+        for n in range(streams):
+            control = self.url.request_url.rstrip("/") + f"/streamid={n}"
+            answer = self._request("SETUP", control, deadline, timeout,
+                                   extra={"Transport": f"RTP/AVP/TCP;unicast;interleaved={2 * n}-{2 * n + 1};"
+                                                       "mode=record"})
+            self._setup_answered(answer, n)
+        self._request("RECORD", self.url.request_url, deadline, timeout, extra={"Range": "npt=0.000-"})
+        self.recording = True
+        self._next_keepalive = time.monotonic() + self._keepalive_s
+
+    def _setup_answered(self, answer: Answer, n: int) -> None:
+        """The session and keep-alive of a SETUP's answer, and stream `n`'s channels."""
         session = answer.header("Session")
         self._session = session.split(";")[0].strip()
         for param in session.split(";")[1:]:
             key, _, value = param.strip().partition("=")
             if key.lower() == "timeout" and value.strip().isdigit() and int(value) > 0:
                 self._keepalive_s = max(int(value) / 2, 1.0)
+        channels = (2 * n, 2 * n + 1)
         for param in answer.header("Transport").split(";"):
             key, _, value = param.strip().partition("=")
             first, _, second = value.partition("-")
             if key.lower() == "interleaved" and first.isdigit():
-                self._channels = (int(first), int(second) if second.isdigit() else int(first) + 1)
-        self._request("RECORD", self.url.request_url, deadline, timeout, extra={"Range": "npt=0.000-"})
-        self.recording = True
-        self._next_keepalive = time.monotonic() + self._keepalive_s
+                channels = (int(first), int(second) if second.isdigit() else int(first) + 1)
+        self._channels.append(channels)
 
     def _connect(self, deadline: float, timeout: float) -> None:
         silence = f"no answer within {timeout:g} s (the connection was not accepted)"
@@ -226,12 +238,14 @@ class PublishSession:
 
     # -- recording ---------------------------------------------------------------------
 
-    def send(self, packets: list[bytes], timeout: float) -> None:
-        """Send RTP/RTCP `packets` interleaved; `RtspLost` when they are not all taken
-        within `timeout` seconds (the server stopped reading) or the server hung up."""
+    def send(self, packets: list[bytes], timeout: float, stream: int = 0) -> None:
+        """Send RTP/RTCP `packets` of `stream` (0: video, 1: audio) interleaved; `RtspLost`
+        when they are not all taken within `timeout` seconds (the server stopped reading)
+        or the server hung up."""
         framed = bytearray()
+        rtp, rtcp = self._channels[stream]
         for packet in packets:
-            channel = self._channels[1] if 200 <= packet[1] <= 204 else self._channels[0]  # RTCP by type
+            channel = rtcp if 200 <= packet[1] <= 204 else rtp  # RTCP by type
             framed += b"$" + bytes((channel,)) + len(packet).to_bytes(2, "big") + packet
         now = time.monotonic()
         if now >= self._next_keepalive:  # the session would otherwise time out on some servers

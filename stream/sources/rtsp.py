@@ -12,6 +12,7 @@ import av
 import numpy as np
 
 from stream.errors import SourceError, StopRequested, reason_of
+from stream.media.audio_delay import AudioBus, AudioFormat
 from stream.media.backoff import backoff_delay
 from stream.media.clock import VIDEO_TIME_BASE, CaptureClock
 from stream.media.close import close_quietly
@@ -27,6 +28,11 @@ ATTEMPT_S = 5.0  # one connect waits this long at most: a connect given up on li
 
 _Opened = tuple["av.container.InputContainer", Iterator["av.VideoFrame"], "av.VideoFrame"]
 
+# The stream's sound is decoded and handed on in one format whatever it came in (AAC, Opus,
+# PCM ...): what the live sinks encode from (Opus is 48 kHz; AAC takes it as well).
+AUDIO_RATE = 48000
+AUDIO_LAYOUT = "stereo"
+
 
 class RtspSource:
     """An RTSP stream pulled with PyAV over TCP, with low-delay options.
@@ -38,6 +44,12 @@ class RtspSource:
     seconds, it says so in one line and reconnects with backoff (0.5 s doubling to 4 s);
     after `give_up_after` seconds without a frame it ends with an error. A changed picture
     size after a reconnect is scaled to the pipeline's size.
+
+    The stream's first audio track (any codec FFmpeg decodes), when it has one, is decoded
+    to 48 kHz stereo s16 and put on `audio` (an AudioBus) stamped on the video's capture
+    clock: an audio frame's capture time is its stream time plus the offset between the
+    latest video frame's stream time and capture time, so the sound keeps the stream's own
+    sync with the picture.
     """
 
     def __init__(self, url: str, transport: str = "tcp", open_timeout: float = 10.0,
@@ -61,10 +73,45 @@ class RtspSource:
         self._i420: np.ndarray | None = None  # reused for the YUV -> BGR conversion
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self.audio = AudioBus()
+        self._resampler: av.AudioResampler | None = None
+        self._offset: float | None = None  # capture time - stream time of the latest video frame
 
     @property
     def name(self) -> str:
         return f"rtsp {redacted(self.url)!r}"
+
+    def _demuxed(self, container: av.container.InputContainer, video: av.VideoStream) -> Iterator[av.VideoFrame]:
+        """The video frames of `container`; its first audio track's frames go to `audio`."""
+        sound = container.streams.audio[0] if container.streams.audio else None
+        if sound is None:
+            yield from container.decode(video)
+            return
+        self.audio.format = AudioFormat(AUDIO_RATE, 2)
+        self._resampler = av.AudioResampler(format="s16", layout=AUDIO_LAYOUT, rate=AUDIO_RATE)
+        self._offset = None  # a new connection: a new stream clock
+        for packet in container.demux(video, sound):
+            if packet.stream is sound:
+                self._on_audio(packet)
+                continue
+            yield from packet.decode()
+
+    def _on_audio(self, packet: av.Packet) -> None:
+        try:
+            frames = packet.decode()
+        except (av.FFmpegError, ValueError) as exc:  # one bad audio packet must not end the video
+            log.debug("%s: audio packet skipped: %s", self.name, exc)
+            return
+        assert self._resampler is not None
+        now = time.monotonic()
+        for frame in frames:
+            stream_time = frame.time
+            for out in self._resampler.resample(frame):
+                samples = out.to_ndarray()  # (1, 2 * n) interleaved s16
+                captured = now if (self._offset is None or stream_time is None) else stream_time + self._offset
+                self.audio.push(captured, samples)
+                if stream_time is not None:
+                    stream_time += out.samples / AUDIO_RATE
 
     def _error(self, what: str) -> SourceError:
         return SourceError(f"{self.name}: {what}")
@@ -80,7 +127,7 @@ class RtspSource:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             stream.codec_context.flags |= av.codec.context.Flags.low_delay
-            frames = container.decode(stream)
+            frames = self._demuxed(container, stream)
             first = next(frames)
         except BaseException:
             close_quietly(container)
@@ -219,6 +266,8 @@ class RtspSource:
                 self._i420 = np.empty((image.shape[0] * 3 // 2, image.shape[1]), np.uint8)
             convert_into(frame, image, self._i420)  # scales a stream that changed size
             self.clock.stamp(slot)
+            if frame.time is not None:
+                self._offset = slot.capture_time - frame.time
             return True
 
     def stop(self) -> None:
@@ -238,5 +287,8 @@ class RtspSource:
         outage = self.outage_s
         if self._lost_since is not None:
             outage += time.monotonic() - self._lost_since
-        return {"input": self.name, "measured_fps": round(self.clock.measured_fps, 2),
-                "reconnects": self.reconnects, "outage_s": round(outage, 3)}
+        out: dict[str, object] = {"input": self.name, "measured_fps": round(self.clock.measured_fps, 2),
+                                  "reconnects": self.reconnects, "outage_s": round(outage, 3)}
+        if self.audio.format is not None:
+            out["audio_frames"] = self.audio.frames
+        return out

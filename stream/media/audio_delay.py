@@ -1,0 +1,93 @@
+"""A live source's sound, held back by exactly as long as its video takes to get through
+the pipeline: an audio delay line keyed on capture timestamps.
+
+The source stamps each audio frame on the same capture clock as its video frames
+(`AudioBus.push`). Each sink that carries the sound has its own `AudioDelay`; when the
+sink writes a video frame captured at t, the audio captured up to t is released with it
+(`release_until(t)`), so the sound leaves at the moment its picture does, whatever the
+processing latency of that frame was. Nothing ever waits: pushing never blocks the
+source, a sink never waits for audio, and audio older than `max_hold_s` (video stopped
+coming, every frame dropped) is let go and counted rather than held, so memory stays
+bounded and a stalled picture never stops the sound for long.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+MAX_HOLD_S = 1.0  # beyond any latency a live run keeps; a picture later than this is a stall
+
+
+@dataclass(frozen=True)
+class AudioFormat:
+    """What the source's sound is once decoded: sample rate and channel count."""
+
+    rate: int
+    channels: int
+
+
+class AudioDelay:
+    """One sink's view of a source's sound: frames (av.AudioFrame, any object) with their
+    capture times, released in order up to a video frame's capture time."""
+
+    def __init__(self, max_hold_s: float = MAX_HOLD_S) -> None:
+        self.max_hold_s = max_hold_s
+        self._items: deque[tuple[float, Any]] = deque()
+        self._lock = threading.Lock()
+        self.expired = 0  # frames let go unsent: no video came within max_hold_s of them
+        self.released = 0
+        self.hold_s = 0.0  # how long the last frame released was held: the delay applied
+
+    def push(self, captured: float, frame: Any) -> None:
+        """From the source's thread: a frame captured at `captured` (time.monotonic())."""
+        with self._lock:
+            self._items.append((captured, frame))
+            newest = captured
+            while self._items and newest - self._items[0][0] > self.max_hold_s:
+                self._items.popleft()
+                self.expired += 1
+
+    def release_until(self, captured: float, now: float) -> list[tuple[float, Any]]:
+        """From the sink's thread, as it writes the video frame captured at `captured`:
+        the audio captured up to then, oldest first (with their capture times). `now`
+        (time.monotonic()) lets audio go that waited `max_hold_s` for a picture."""
+        out: list[tuple[float, Any]] = []
+        with self._lock:
+            while self._items and (self._items[0][0] <= captured or now - self._items[0][0] > self.max_hold_s):
+                out.append(self._items.popleft())
+        if out:
+            self.released += len(out)
+            self.hold_s = now - out[-1][0]
+        return out
+
+    def drop_all(self) -> int:
+        with self._lock:
+            n = len(self._items)
+            self._items.clear()
+        return n
+
+
+class AudioBus:
+    """A live source's sound, fanned out to each sink's `AudioDelay` (a sink subscribes
+    before the run; a bus nobody subscribed to holds nothing)."""
+
+    def __init__(self) -> None:
+        self.format: AudioFormat | None = None  # known once the source opened with sound
+        self.frames = 0
+        self._delays: list[AudioDelay] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, max_hold_s: float = MAX_HOLD_S) -> AudioDelay:
+        delay = AudioDelay(max_hold_s)
+        with self._lock:
+            self._delays.append(delay)
+        return delay
+
+    def push(self, captured: float, frame: Any) -> None:
+        self.frames += 1
+        with self._lock:
+            delays = list(self._delays)
+        for delay in delays:
+            delay.push(captured, frame)

@@ -1,0 +1,185 @@
+"""Audio-video sync, measured on what a live path delivers: a clip with a white flash and a
+1 kHz beep starting on the same frame once a second, published live, and a reader that
+finds each flash and each beep onset in the output's own timestamps.
+
+The offset of a pair is beep onset minus flash (positive: the sound is late). Flash frames
+carry no face, so a swap leaves them as they are. Used by the tests (tests.fixtures) and by
+tools/bench_live.py.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import av
+import numpy as np
+
+FPS = 30
+RATE = 48000
+PERIOD = FPS  # one flash (and beep) a second
+FLASH_AT = 10  # the frame of each second that flashes
+BEEP_HZ = 1000.0
+SIZE = (320, 240)
+
+
+def flash_frame(i: int, width: int = SIZE[0], height: int = SIZE[1]) -> np.ndarray:
+    """Dark grey, white on the flash frame of each second (BGR)."""
+    level = 255 if i % PERIOD == FLASH_AT else 40
+    return np.full((height, width, 3), level, np.uint8)
+
+
+def beep_samples(start: int, count: int) -> np.ndarray:
+    """Samples `start`..`start+count` of the sound (float32, mono): silence, and a beep one
+    frame long starting exactly when each flash frame does."""
+    n = np.arange(start, start + count)
+    t = n / RATE
+    frame = np.floor(t * FPS).astype(np.int64)
+    on = (frame % PERIOD) == FLASH_AT
+    return (on * 0.5 * np.sin(2 * np.pi * BEEP_HZ * t)).astype(np.float32)
+
+
+class FlashBeepPublisher(threading.Thread):
+    """Pushes the flash-and-beep clip live (H.264 + Opus, real time) to an RTSP server's
+    RECORD url, for `seconds` or until stopped: a camera with a microphone."""
+
+    def __init__(self, url: str, seconds: float = 3600.0) -> None:
+        super().__init__(daemon=True, name="av-sync-publisher")
+        self.url, self.seconds = url, seconds
+        self.stop_event = threading.Event()
+        self.sent = 0
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            out = av.open(self.url, "w", format="rtsp", options={"rtsp_transport": "tcp"}, timeout=(5, 5))
+        except (av.FFmpegError, OSError) as exc:
+            self.error = str(exc)
+            return
+        try:
+            video = out.add_stream("libx264", rate=FPS)
+            video.width, video.height, video.pix_fmt = SIZE[0], SIZE[1], "yuv420p"
+            video.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(FPS), "bf": "0",
+                             "threads": "1"}
+            sound = out.add_stream("libopus", rate=RATE)
+            sound.layout = "mono"
+            sound.options = {"application": "lowdelay", "frame_duration": "20"}
+            chunk = RATE // 50
+            t0 = time.monotonic()
+            n = 0
+            audio_at = 0
+            while not self.stop_event.is_set() and n < self.seconds * FPS:
+                frame = av.VideoFrame.from_ndarray(flash_frame(n), format="bgr24")
+                frame.pts, frame.time_base = n, Fraction(1, FPS)
+                for packet in video.encode(frame):
+                    out.mux(packet)
+                while audio_at < (n + 1) * RATE // FPS:  # the sound of this frame time
+                    samples = beep_samples(audio_at, chunk).reshape(1, -1)
+                    af = av.AudioFrame.from_ndarray(samples, format="flt", layout="mono")
+                    af.sample_rate, af.pts, af.time_base = RATE, audio_at, Fraction(1, RATE)
+                    for packet in sound.encode(af):
+                        out.mux(packet)
+                    audio_at += chunk
+                n += 1
+                self.sent = n
+                delay = t0 + n / FPS - time.monotonic()
+                if delay > 0:
+                    self.stop_event.wait(delay)
+        except (av.FFmpegError, OSError) as exc:
+            self.error = str(exc)
+        finally:
+            try:
+                out.close()
+            except (av.FFmpegError, OSError):
+                pass
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(10)
+
+
+@dataclass
+class SyncReading:
+    """Flash times and beep onsets (seconds, the output's timestamps), paired."""
+
+    flashes: list[float] = field(default_factory=list)
+    beeps: list[float] = field(default_factory=list)
+
+    def offsets(self, skip_s: float = 0.0) -> list[float]:
+        """Beep minus flash for each flash after `skip_s` with a beep within half a period."""
+        out = []
+        start = self.flashes[0] + skip_s if self.flashes else 0.0
+        for flash in self.flashes:
+            if flash < start or not self.beeps:
+                continue
+            beep = min(self.beeps, key=lambda b: abs(b - flash))
+            if abs(beep - flash) < PERIOD / FPS / 2:
+                out.append(beep - flash)
+        return out
+
+
+class SyncDetector:
+    """Finds flashes (mean brightness rising past mid-grey) and beep onsets (the first
+    sample, in 1 ms steps, whose loudness rises past a quarter of the beep's) in frames
+    fed in the order read."""
+
+    def __init__(self) -> None:
+        self.reading = SyncReading()
+        self._lit = False
+        self._loud = False
+
+    def video(self, when: float, picture: np.ndarray) -> None:
+        lit = float(picture.mean()) > 128
+        if lit and not self._lit:
+            self.reading.flashes.append(when)
+        self._lit = lit
+
+    def audio(self, when: float, samples: np.ndarray, rate: int) -> None:
+        """`samples`: (channels, n) or interleaved (1, n * channels) float or int."""
+        mono = np.abs(samples.astype(np.float32)).max(axis=0)
+        if samples.dtype.kind == "i":
+            mono /= 32768.0
+        step = max(1, rate // 1000)
+        for i in range(0, len(mono) - step + 1, step):
+            loud = float(mono[i:i + step].max()) > 0.12
+            if loud and not self._loud:
+                self.reading.beeps.append(when + i / rate)
+            self._loud = loud
+
+
+def read_rtsp_sync(url: str, seconds: float, stop: threading.Event | None = None) -> SyncReading:
+    """Read `url` (video + audio) for `seconds` with FFmpeg's RTSP client and find the
+    flashes and beeps in its timestamps."""
+    detector = SyncDetector()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not (stop and stop.is_set()):
+        try:
+            container = av.open(url, options={"rtsp_transport": "tcp"}, timeout=(3, 3))
+        except (av.FFmpegError, OSError):
+            time.sleep(0.3)
+            continue
+        try:
+            if not container.streams.audio or not container.streams.video:
+                container.close()
+                time.sleep(0.3)
+                continue
+            for frame in container.decode(container.streams.video[0], container.streams.audio[0]):
+                if frame.time is None:
+                    continue
+                if isinstance(frame, av.VideoFrame):
+                    detector.video(frame.time, frame.to_ndarray(format="gray"))
+                else:
+                    interleaved = frame.format.is_packed
+                    samples = frame.to_ndarray()
+                    if interleaved:
+                        samples = samples.reshape(-1, len(frame.layout.channels)).T
+                    detector.audio(frame.time, samples, frame.sample_rate)
+                if time.monotonic() >= end or (stop and stop.is_set()):
+                    break
+        except (av.FFmpegError, OSError):
+            pass
+        finally:
+            container.close()
+        break
+    return detector.reading
