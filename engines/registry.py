@@ -49,6 +49,15 @@ def _photo_detector() -> Detector:
     return DlibHogDetector(max_side=2048, upsample=1)
 
 
+def _verified(detector: Detector, verify: bool) -> Detector:
+    """The detector with the face filter's second opinion on its boxes (no badges or prints)."""
+    if not verify:
+        return detector
+    from engines.face_filter import FaceFilter
+
+    return FaceFilter(detector)
+
+
 def _build_dlib(detect: Any, swap: ClassicalOptions, models: Any, runtime: RuntimeFactory) -> EngineSet:
     from engines.classical_swapper import ClassicalSwapper
     from engines.dlib_detector import DlibHogDetector
@@ -57,7 +66,7 @@ def _build_dlib(detect: Any, swap: ClassicalOptions, models: Any, runtime: Runti
 
     return EngineSet(
         name="dlib",
-        detector=DlibHogDetector(detect.max_side, detect.upsample),
+        detector=_verified(DlibHogDetector(detect.max_side, detect.upsample), getattr(detect, "verify", True)),
         landmarker=DlibLandmarker(),
         embedder=DlibEmbedder(),
         swapper=ClassicalSwapper(swap),

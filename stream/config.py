@@ -30,11 +30,13 @@ class DetectConfig:
     max_side: int = 1024  # the frame is downscaled so its longer side is at most this
     upsample: int = 0  # dlib upsampling passes (each one finds smaller faces, 4x the cost)
     background: bool = True  # live runs: detect on a thread of its own, tracking goes on meanwhile
+    verify: bool = True  # dlib engine: boxes checked by landmarks and embedding (no badges or prints swapped)
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, f"detect.every must be >= 1, got {self.every}")
         _check(self.max_side >= 64, f"detect.max_side must be >= 64, got {self.max_side}")
         _check(self.upsample in (0, 1, 2), f"detect.upsample must be 0, 1 or 2, got {self.upsample}")
+        _check(isinstance(self.verify, bool), f"detect.verify must be true or false, got {self.verify!r}")
 
 
 ALIGN_POINTS = ("landmarks", "detector")

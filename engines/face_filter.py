@@ -1,0 +1,161 @@
+"""A second opinion on a detector's boxes: only faces go on, not what looks like one to HOG.
+
+dlib's HOG detector fires on round, face-like things: a mission patch on a space suit, a
+name badge, a drawn smiley, a cartoon face print. A track started there gets a face pasted
+on it in every frame. Its own score does not tell them apart (a badge scores up to 0.4, a
+real face rolled 26 degrees or 40 px wide as low as 0), so each box is checked twice:
+
+1. the 68-point predictor is run in the box (about 2 ms) and the points must make a face:
+   eyes side by side at a plausible share of the box, brows above the eyes, then nose, then
+   mouth going down the face, roll within `MAX_ROLL`;
+2. dlib's 128-d embedding of the face those points align (as the pipeline computes it) is
+   scored by a linear discriminant fitted by tools/fit_face_filter.py on installed pictures
+   (faces against non-faces, HOG's false alarms and drawn faces among them), in units of the
+   spread of the faces' scores, and HOG's own score is added: two opinions, each sure of
+   different faces (a face rolled 26 degrees is far from the upright faces the discriminant
+   saw but HOG scores it 2; a cartoon face HOG scores up to 0.9 the embedding puts far from
+   faces). A box whose sum is not above `margin` is not a face.
+
+The embedding is the costly part (~80 ms), so verdicts are remembered: a box that overlaps a
+box judged at one of the last detections takes its verdict, and is judged afresh every
+`recheck` detections. A face therefore costs one embedding when it appears, not one per
+detection.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from engines.dlib_embedder import DlibEmbedder
+from engines.dlib_landmarker import DlibLandmarker
+from engines.face import Box, ImageBGR, Landmarks68
+from engines.face_filter_weights import BIAS, SCALE, WEIGHTS
+from engines.frame_views import FrameViews
+from engines.protocols import Detector
+
+log = logging.getLogger(__name__)
+
+MAX_ROLL = 50.0  # degrees: a face rolled further is not one HOG's frontal filters find
+EYES_SHARE = (0.15, 0.8)  # inter-ocular distance over the box's width
+SAME_BOX_IOU = 0.4  # a box overlapping a judged one this much is the same thing, moved
+FORGET_AFTER = 3  # detections a judged box may be missing before its verdict is dropped
+
+
+def plausible(points: Landmarks68, box: Box) -> bool:
+    """The 68 points are laid out as a face is: eyes apart at a plausible share of the box,
+    brows above the eyes, nose below them, mouth below the nose, roll within MAX_ROLL."""
+    left_eye, right_eye = points[36:42].mean(axis=0), points[42:48].mean(axis=0)
+    across = right_eye - left_eye
+    iod = float(np.hypot(*across))
+    width = max(box[2] - box[0], 1.0)
+    if not EYES_SHARE[0] <= iod / width <= EYES_SHARE[1]:
+        return False
+    if abs(np.degrees(np.arctan2(across[1], across[0]))) > MAX_ROLL:
+        return False
+    down = np.array([-across[1], across[0]]) / iod  # the face's down direction, unit length
+    eyes = (left_eye + right_eye) / 2
+
+    def depth(p: np.ndarray) -> float:
+        return float((p - eyes) @ down) / iod
+
+    brows, nose, mouth = points[17:27].mean(axis=0), points[30], points[48:68].mean(axis=0)
+    return depth(brows) < 0 < depth(nose) < depth(mouth)
+
+
+@dataclass
+class _Verdict:
+    box: Box
+    face: bool
+    judged_at: int
+    seen_at: int
+
+
+class FaceFilter:
+    """A detector whose boxes are checked by landmarks and embedding (see the module doc).
+
+    Wraps any `Detector`; has its own landmarker and embedder (the detection may run on a
+    thread of its own, beside the tracker's landmarks and embeddings)."""
+
+    def __init__(self, detector: Detector, margin: float = 0.0, recheck: int = 10) -> None:
+        self.detector = detector
+        self.name = f"{detector.name}+face-filter"
+        self.margin = margin
+        self.recheck = recheck
+        self.landmarker = DlibLandmarker()
+        self.embedder = DlibEmbedder()
+        self._weights = np.asarray(WEIGHTS, np.float32)
+        self._memory: list[_Verdict] = []
+        self._detections = 0
+        self._lock = threading.Lock()
+        self.judged = 0  # boxes embedded and scored
+        self.rejected = 0  # boxes dropped (each detection that dropped one counts)
+
+    @property
+    def calls(self) -> int:
+        return self.detector.calls
+
+    def open(self) -> None:
+        self.detector.open()
+        self.landmarker.open()
+        self.embedder.open()
+
+    def embedding_score(self, image: ImageBGR, points: Landmarks68) -> float:
+        """The discriminant's score of the face these points align, in units of the spread of
+        faces' scores: positive is face-like."""
+        embedding = self.embedder.forward(image, points)
+        return float(embedding @ self._weights + BIAS) / SCALE
+
+    def is_face(self, frame: FrameViews, box: Box, score: float) -> bool:
+        """Judge one box (with its detector score) afresh, without the memory."""
+        points = self.landmarker.forward(frame, box)
+        if not plausible(points, box):
+            return False
+        self.judged += 1
+        return self.embedding_score(frame.bgr, points) + score > self.margin
+
+    def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
+        found = self.detector.forward(frame)
+        with self._lock:  # a live run may detect in line while a background detection runs
+            self._detections += 1
+            now = self._detections
+            kept = []
+            for box, score in found:
+                verdict = self._remembered(box, now)
+                if verdict is None:
+                    verdict = _Verdict(box, self.is_face(frame, box, score), now, now)
+                    self._memory.append(verdict)
+                if verdict.face:
+                    kept.append((box, score))
+                else:
+                    self.rejected += 1
+                    log.debug("not a face: box %s (detector score %.2f)", box, score)
+            self._memory = [v for v in self._memory if now - v.seen_at < FORGET_AFTER]
+        return kept
+
+    def _remembered(self, box: Box, now: int) -> _Verdict | None:
+        """The verdict on this box from an earlier detection, still fresh; updated to `box`."""
+        best, overlap = None, SAME_BOX_IOU
+        for v in self._memory:
+            if v.seen_at == now:
+                continue  # already taken by another box of this detection
+            o = _iou(v.box, box)
+            if o >= overlap:
+                best, overlap = v, o
+        if best is None:
+            return None
+        if now - best.judged_at >= self.recheck:
+            self._memory.remove(best)
+            return None
+        best.box, best.seen_at = box, now
+        return best
+
+
+def _iou(a: Box, b: Box) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
