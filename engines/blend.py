@@ -20,7 +20,12 @@ _SHIFT = 4
 _ONE = 1 << _SHIFT
 _OUTLINE = np.r_[np.arange(68)[JAW], np.arange(68)[BROWS]]
 _MIN_STAT_PIXELS = 32  # fewer masked pixels than this give meaningless colour statistics
-_STD_RATIO = (0.5, 2.0)  # colour transfer never more than halves or doubles a channel's contrast
+# Colour transfer never more than halves or doubles the luma contrast (the source's features);
+# the chroma spread only ever shrinks, down to the target skin's: a source's own colour
+# variation (strong or tinted light, make-up) kept at even half strength shows as grey or
+# green patches on the target's skin, and a grey source's flat chroma takes the target's mean.
+_LUMA_RATIO = (0.5, 2.0)
+_CHROMA_RATIO = (0.0, 1.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,7 +77,8 @@ def prepare_masks(
 ) -> FaceMasks:
     """Build the face masks for landmarks in region coordinates over a region of valid's shape.
 
-    The face area is the convex hull of the jaw and eyebrow points, intersected with `valid`.
+    The face area is the convex hull of the jaw and eyebrow points (and of any points past
+    the 68th), intersected with `valid`.
     Its feathered edge is a smoothstep ramp over the first `feather` x face size pixels
     inside the area (distance transform: the same profile as erode + blur, at a third of the
     cost), so the soft edge ends at the hull instead of spilling past it. Where the area
@@ -81,9 +87,11 @@ def prepare_masks(
     (points 60-67) is cut out with a narrower feather, so the target's mouth interior stays.
     """
     h, w = valid.shape
-    size = face_size(landmarks)
+    size = face_size(landmarks[:68])
     ramp = max(1.0, size * feather)
-    hull = cv2.convexHull(np.round(landmarks[_OUTLINE] * _ONE).astype(np.int32))
+    # Points past the 68 (forehead points, see classical_swapper.extend_forehead) widen the area.
+    outline = np.r_[_OUTLINE, np.arange(68, len(landmarks))]
+    hull = cv2.convexHull(np.round(landmarks[outline] * _ONE).astype(np.int32))
     area = np.zeros((h, w), np.uint8)
     cv2.fillConvexPoly(area, hull, 255, cv2.LINE_8, _SHIFT)
     cv2.bitwise_and(area, valid, dst=area)
@@ -142,8 +150,10 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
 
     The channels are luma and the two chroma differences (YCrCb), which are far less
     correlated than B, G, R, so matching them one by one keeps hues. Statistics are taken
-    over `mask` only (the inner skin of the face, in both images), and the contrast ratio is
-    clamped so that a nearly flat mask cannot blow colours up. Because YCrCb is linear in
+    over `mask` only (the inner skin of the face, in both images). The luma contrast ratio is
+    clamped so that a nearly flat mask cannot blow it up or flatten the source's features;
+    the chroma spread is matched but never widened, so the result's skin has the target's
+    colour whatever the source's (grey, low-chroma or tinted). Because YCrCb is linear in
     BGR, the whole transfer is one 3x4 matrix applied to the BGR patch (no colour-space round
     trip). Returns a new image; the patch itself when the mask has too few pixels.
     """
@@ -151,7 +161,8 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
         return patch
     mu_s, sd_s = cv2.meanStdDev(cv2.cvtColor(patch, cv2.COLOR_BGR2YCrCb), mask=mask)
     mu_t, sd_t = cv2.meanStdDev(cv2.cvtColor(target, cv2.COLOR_BGR2YCrCb), mask=mask)
-    gain = np.clip(sd_t.ravel() / np.maximum(sd_s.ravel(), 1.0), *_STD_RATIO)
+    ratio = sd_t.ravel() / np.maximum(sd_s.ravel(), 1.0)
+    gain = np.r_[np.clip(ratio[:1], *_LUMA_RATIO), np.clip(ratio[1:], *_CHROMA_RATIO)]
     linear = _YCC_INV @ np.diag(gain) @ _YCC  # BGR -> BGR, acting on deviations from the mean
     mean_s = _YCC_INV @ (mu_s.ravel() - _YCC_OFFSET)
     mean_t = _YCC_INV @ (mu_t.ravel() - _YCC_OFFSET)

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
+import numpy.typing as npt
 
 from engines.blend import blend_feather, blend_poisson, face_size, prepare_masks, transfer_color
 from engines.errors import EngineError
-from engines.face import Face, ImageBGR, Landmarks68, SwapResult
+from engines.face import BROWS, Face, ImageBGR, Landmarks68, SwapResult
 from engines.piecewise_affine import (
+    Points,
     SourceMesh,
     Triangles,
     forward_warp,
@@ -42,8 +44,15 @@ class ClassicalOptions:
     """The classical swapper's mask, colour transfer and blend (the `swap:` config section)."""
 
     blend: str = "feather"  # feather (alpha) | poisson (seamlessClone)
-    feather: float = 0.12  # width of the soft mask edge, as a fraction of the face's size
+    # Width of the soft mask edge, as a fraction of the face's size. The ramp lies inside the
+    # jaw/brow hull, so every bit of it is source features given back to the target: 0.12
+    # left the cheeks, jaw line and brows half the target's (dlib distance 0.61 -> 0.57).
+    feather: float = 0.06
     color_transfer: bool = True  # match the source's colours to the target's skin
+    # How far the warped face reaches above the brows, as a fraction of the brows-to-chin
+    # distance (0: the jaw/brow hull only). The 68 points stop at the brows, so without it the
+    # lower forehead and the brows' upper edge stay the target's.
+    forehead: float = 0.3
     keep_mouth: bool = True  # keep the target's mouth interior when the mouth is open
     mouth_open: float = 0.12  # lip gap / mouth width above which the mouth counts as open
 
@@ -52,6 +61,8 @@ class ClassicalOptions:
             raise ValueError(f"swap.blend must be one of {', '.join(BLENDS)}, got {self.blend!r}")
         if not 0.0 <= self.feather <= 0.5:
             raise ValueError(f"swap.feather must be in [0, 0.5], got {self.feather}")
+        if not 0.0 <= self.forehead <= 0.6:
+            raise ValueError(f"swap.forehead must be in [0, 0.6], got {self.forehead}")
         if self.mouth_open <= 0:
             raise ValueError(f"swap.mouth_open must be > 0, got {self.mouth_open}")
 
@@ -70,6 +81,7 @@ class SourceFace:
     levels: tuple[SourceMesh, ...]
     sizes: tuple[float, ...]
     origin: tuple[int, int]
+    forehead: npt.NDArray[np.float32] = field(default_factory=lambda: np.zeros(0, np.float32))
 
     @property
     def image(self) -> ImageBGR:
@@ -110,6 +122,64 @@ def _check_landmarks(landmarks: object) -> Landmarks68 | None:
     return lm
 
 
+def extend_forehead(landmarks: Landmarks68, reach: float | npt.NDArray[np.float32]) -> Points:
+    """The 68 landmarks plus, where `reach` > 0, ten forehead points: each brow point moved
+    up the face (chin -> brows direction, so it follows roll) by its `reach` (one for all or
+    one per brow point) x the brows-to-chin distance. Source and target are extended alike,
+    so the mesh maps forehead to forehead."""
+    reach = np.asarray(reach, np.float32)
+    if reach.size == 0 or float(reach.max()) <= 0:
+        return landmarks
+    brows = landmarks[BROWS]
+    up = brows.mean(axis=0) - landmarks[8]
+    return np.concatenate([landmarks, brows + reach.reshape(-1, 1) * up]).astype(np.float32)
+
+
+_CHEEKS = np.array([2, 3, 13, 14, 29, 31, 35])  # a polygon of bare skin on any face
+_FOREHEAD_START = 0.04  # brows-to-chin fractions above the brow before skin is looked for
+_FOREHEAD_STEP = 0.01
+
+
+def measure_forehead(image: ImageBGR, landmarks: Landmarks68, reach: float) -> npt.NDArray[np.float32]:
+    """How far up from each brow point the source photo shows bare skin, up to `reach`.
+
+    A fringe or a hat over the forehead would otherwise be painted onto the target as a band
+    of hair: each ray from a brow point stops at the first pixel whose colour (YCrCb) is far
+    from the cheeks'. Rays are then evened out with their neighbours.
+    """
+    if reach <= 0:
+        return np.zeros(0, np.float32)
+    ycc = cv2.cvtColor(image, cv2.COLOR_BGR2YCrCb)
+    cheeks = np.zeros(image.shape[:2], np.uint8)
+    cv2.fillConvexPoly(cheeks, np.round(landmarks[_CHEEKS]).astype(np.int32), 255)
+    if cv2.countNonZero(cheeks) < 16:
+        return np.full(10, reach, np.float32)
+    mean, std = cv2.meanStdDev(ycc, mask=cheeks)
+    tol = np.maximum(np.array([14.0, 6.0, 6.0]), 1.5 * std.ravel())
+    brows = landmarks[BROWS]
+    up = brows.mean(axis=0) - landmarks[8]
+    steps = np.arange(_FOREHEAD_START, reach + 1e-6, _FOREHEAD_STEP, dtype=np.float32)
+    pts = np.round(brows[:, None, :] + steps[None, :, None] * up).astype(int)  # (10, S, 2)
+    h, w = image.shape[:2]
+    inside = (pts[..., 0] >= 0) & (pts[..., 0] < w) & (pts[..., 1] >= 0) & (pts[..., 1] < h)
+    colour = ycc[np.clip(pts[..., 1], 0, h - 1), np.clip(pts[..., 0], 0, w - 1)].astype(np.float32)
+    skin = inside & (np.abs(colour - mean.ravel()) <= tol).all(axis=-1)
+    # Brows first: a ray counts from its first skin sample (the brow's own hairs are dark).
+    out = np.zeros(10, np.float32)
+    for i in range(10):
+        seen = np.flatnonzero(skin[i])
+        if seen.size == 0:
+            continue
+        first = seen[0]
+        stop = np.flatnonzero(~skin[i, first:])
+        last = first + (stop[0] if stop.size else skin.shape[1] - first) - 1
+        out[i] = steps[last] if last >= first else 0.0
+    # Neighbours agree: a lone long ray between short ones (a parting in a fringe) is cut.
+    padded = np.r_[out[0], out, out[-1]]
+    out = np.minimum(out, np.maximum(padded[:-2], padded[2:]))
+    return np.maximum(out, _FOREHEAD_START / 2).astype(np.float32)
+
+
 class ClassicalSwapper:
     """Landmark-driven piecewise-affine face swap with colour transfer and soft/Poisson blend."""
 
@@ -143,6 +213,8 @@ class ClassicalSwapper:
         if span.min() < MIN_FACE_PX:
             raise EngineError(f"source landmarks span only {span.min():.1f} px: no usable face")
 
+        forehead = measure_forehead(image, lm, self.config.forehead)
+        lm = extend_forehead(lm, forehead)
         margin = SOURCE_MARGIN * size + 4
         x0, y0 = np.floor(lm.min(axis=0) - margin).astype(int)
         x1, y1 = np.ceil(lm.max(axis=0) + margin).astype(int) + 1
@@ -165,7 +237,8 @@ class ClassicalSwapper:
             sizes.append(sizes[-1] / 2)
         log.debug("source prepared: face %.0f px, %d triangles, %d levels",
                   size, len(triangles), len(levels))
-        return SourceFace(levels=tuple(levels), sizes=tuple(sizes), origin=(int(x0), int(y0)))
+        return SourceFace(levels=tuple(levels), sizes=tuple(sizes), origin=(int(x0), int(y0)),
+                          forehead=forehead)
 
     def face_region(self, frame_shape: tuple[int, ...], landmarks: Landmarks68
                     ) -> tuple[int, int, int, int] | None:
@@ -193,13 +266,15 @@ class ClassicalSwapper:
 
     def _warp(self, frame_shape: tuple[int, ...], face: Face, source: SourceFace) -> SwapResult | None:
         lm = _check_landmarks(face.landmarks)
-        region = None if lm is None else self.face_region(frame_shape, lm)
+        region = None if lm is None else self.face_region(
+            frame_shape, extend_forehead(lm, self.config.forehead))
         if lm is None or region is None:
             self.skipped += 1
             return None
         x0, y0, x1, y1 = region
         level = source.level_for(face_size(lm))
-        patch, valid = forward_warp(source.levels[level], lm - np.array([x0, y0], np.float32),
+        points = extend_forehead(lm, source.forehead)
+        patch, valid = forward_warp(source.levels[level], points - np.array([x0, y0], np.float32),
                                     (x1 - x0, y1 - y0))
         if cv2.countNonZero(valid) == 0:
             self.skipped += 1
@@ -241,8 +316,9 @@ class ClassicalSwapper:
         """The composite stage: mask, colour transfer, blend, in place in `result.region` only."""
         x0, y0 = result.region[:2]
         roi = result.region_of(frame)
-        lm = np.asarray(face.landmarks, np.float32) - np.array([x0, y0], np.float32)
         cfg = self.config
+        lm = extend_forehead(np.asarray(face.landmarks, np.float32), cfg.forehead) \
+            - np.array([x0, y0], np.float32)
         masks = prepare_masks(lm, result.valid, cfg.feather, cfg.keep_mouth, cfg.mouth_open)
         patch = transfer_color(result.patch, roi, masks.core) if cfg.color_transfer \
             else result.patch

@@ -16,7 +16,7 @@ import pytest
 from skimage import data
 
 from engines.blend import mouth_open_ratio, prepare_masks, transfer_color
-from engines.classical_swapper import ClassicalOptions, ClassicalSwapper, SourceFace
+from engines.classical_swapper import ClassicalOptions, ClassicalSwapper, SourceFace, extend_forehead
 from engines.errors import EngineError
 from engines.face import INNER_LIPS, Face, SwapResult
 from engines.piecewise_affine import forward_warp, prepare_affines, prepare_triangulation
@@ -123,7 +123,8 @@ def test_valid_covers_hull_and_little_else(astro, source, matrix):
     result = ClassicalSwapper(ClassicalOptions()).forward(frame, face_of(points), source)
     assert result is not None
     x0, y0, x1, y1 = result.region
-    local = region_points(points, result)
+    # The mesh is the 68 points plus the forehead points measured on the source.
+    local = region_points(extend_forehead(points, source.forehead), result)
     shape = (y1 - y0, x1 - x0)
     assert result.valid.dtype == np.uint8 and set(np.unique(result.valid)) <= {0, 255}
     assert not np.any(hull_mask(local, shape, grow=-1)[result.valid == 0])
@@ -133,6 +134,7 @@ def test_valid_covers_hull_and_little_else(astro, source, matrix):
 def test_region_is_the_landmark_box_plus_a_small_margin(astro, source):
     frame, points = move(astro, similarity(scale=1.2, shift=(10, 20)))
     result = ClassicalSwapper(ClassicalOptions()).forward(frame, face_of(points), source)
+    points = extend_forehead(points, ClassicalOptions().forehead)
     x0, y0, x1, y1 = result.region
     lo, hi = points.min(axis=0), points.max(axis=0)
     assert all(isinstance(v, int) for v in result.region)
@@ -157,8 +159,10 @@ def test_affines_are_exact_for_a_global_affine(astro):
 def test_triangulation_uses_every_landmark_once_per_corner(astro, source):
     tri = source.triangles
     assert tri.dtype == np.int32 and tri.ndim == 2 and tri.shape[1] == 3
-    assert 100 <= len(tri) <= 131  # Delaunay of 68 points: 2n - 2 - hull size
-    assert set(np.unique(tri)) == set(range(68))
+    n = len(source.landmarks)  # the 68 and the forehead points measured on the source
+    assert n in (68, 78)
+    assert 100 <= len(tri) <= 2 * n - 5  # Delaunay of n points: 2n - 2 - hull size
+    assert set(np.unique(tri)) == set(range(n))
     assert len({tuple(sorted(t)) for t in tri.tolist()}) == len(tri)
 
 
@@ -219,7 +223,7 @@ def test_paste_changes_the_region_only(astro, source, blend, color, seed):
     changed = np.any(frame != before, axis=2)
     assert changed[y0:y1, x0:x1].mean() > 0.2
     # Outside the landmark hull (grown by a pixel), the region keeps the target as well.
-    far = hull_mask(points, frame.shape[:2], grow=2) == 0
+    far = hull_mask(extend_forehead(points, source.forehead), frame.shape[:2], grow=2) == 0
     assert not changed[far].any()
     assert (swapper.calls, swapper.pastes, swapper.skipped) == (1, 1, 0)
 
@@ -312,7 +316,8 @@ def test_colour_transfer_moves_the_face_toward_the_target(astro, source, tint):
         swapper = ClassicalSwapper(ClassicalOptions(color_transfer=color))
         result = swapper.forward(frame, face, source)
         x0, y0, x1, y1 = result.region
-        masks = prepare_masks(region_points(points, result), result.valid, 0.12, True, 0.12)
+        masks = prepare_masks(region_points(extend_forehead(points, source.forehead), result),
+                              result.valid, ClassicalOptions().feather, True, 0.12)
         core = masks.core > 0
         target_mean = frame[y0:y1, x0:x1][core].mean(axis=0)
         out = frame.copy()
@@ -321,7 +326,8 @@ def test_colour_transfer_moves_the_face_toward_the_target(astro, source, tint):
     before = np.linalg.norm(means[False] - target_mean)
     after = np.linalg.norm(means[True] - target_mean)
     assert after < 0.25 * before
-    assert after < 4.0
+    # The first tint saturates red: the transfer's own clipping leaves a few levels of bias.
+    assert after < 4.5
 
 
 def test_colour_transfer_without_pixels_is_a_no_op(astro):
@@ -390,7 +396,7 @@ def test_thin_triangles_sample_inside_their_source_triangle(astro, source, squas
     # A face squashed sideways (a head seen edge-on) has thin triangles whose inverse maps
     # magnify rasterisation slack many times; no sample may land outside the source crop
     # (which the constant border would show as black).
-    points = astro.landmarks.copy()
+    points = extend_forehead(astro.landmarks, source.forehead)
     points[:, 0] = (points[:, 0] - points[:, 0].min()) * squash + 3
     points[:, 1] += 3 - points[:, 1].min()
     size = tuple(int(v) for v in points.max(axis=0) + 6)
