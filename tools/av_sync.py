@@ -148,11 +148,13 @@ class SyncDetector:
             self._loud = loud
 
 
-def read_rtsp_sync(url: str, seconds: float, stop: threading.Event | None = None) -> SyncReading:
-    """Read `url` (video + audio) for `seconds` with FFmpeg's RTSP client and find the
-    flashes and beeps in its timestamps."""
+def read_rtsp_sync(url: str, seconds: float, stop: threading.Event | None = None,
+                   wait_s: float = 30.0) -> SyncReading:
+    """Read `url` (video + audio) with FFmpeg's RTSP client for `seconds` from the first
+    frame (waiting up to `wait_s` for the stream to be there) and find the flashes and
+    beeps in its timestamps."""
     detector = SyncDetector()
-    end = time.monotonic() + seconds
+    end = time.monotonic() + wait_s + seconds
     while time.monotonic() < end and not (stop and stop.is_set()):
         try:
             container = av.open(url, options={"rtsp_transport": "tcp"}, timeout=(3, 3))
@@ -164,9 +166,12 @@ def read_rtsp_sync(url: str, seconds: float, stop: threading.Event | None = None
                 container.close()
                 time.sleep(0.3)
                 continue
+            end = time.monotonic() + seconds
+            got = 0
             for frame in container.decode(container.streams.video[0], container.streams.audio[0]):
                 if frame.time is None:
                     continue
+                got += 1
                 if isinstance(frame, av.VideoFrame):
                     detector.video(frame.time, frame.to_ndarray(format="gray"))
                 else:
@@ -181,5 +186,6 @@ def read_rtsp_sync(url: str, seconds: float, stop: threading.Event | None = None
             pass
         finally:
             container.close()
-        break
+        if got:  # read until the end: done; a stream not flowing yet: try again
+            break
     return detector.reading

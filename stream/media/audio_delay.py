@@ -2,13 +2,15 @@
 the pipeline: an audio delay line keyed on capture timestamps.
 
 The source stamps each audio frame on the same capture clock as its video frames
-(`AudioBus.push`). Each sink that carries the sound has its own `AudioDelay`; when the
-sink writes a video frame captured at t, the audio captured up to t is released with it
-(`release_until(t)`), so the sound leaves at the moment its picture does, whatever the
-processing latency of that frame was. Nothing ever waits: pushing never blocks the
-source, a sink never waits for audio, and audio older than `max_hold_s` (video stopped
-coming, every frame dropped) is let go and counted rather than held, so memory stays
-bounded and a stalled picture never stops the sound for long.
+(`AudioBus.push`). Each sink that carries the sound has its own `AudioDelay`. A file
+takes, as it writes a video frame captured at t, the audio captured up to t
+(`release_until(t)`) and places both by their capture times. A network output sends
+sound captured at t at t + L (`release_due`), L being the latency the last video frame
+took from capture to that sink, so the sound leaves at the moment its picture does.
+Nothing ever waits: pushing never blocks the source, a sink never waits for audio, and
+audio older than `max_hold_s` (video stopped coming, every frame dropped) is let go and
+counted rather than held, so memory stays bounded and a stalled picture never stops the
+sound for long.
 """
 from __future__ import annotations
 
@@ -61,6 +63,12 @@ class AudioDelay:
             self.released += len(out)
             self.hold_s = now - out[-1][0]
         return out
+
+    def release_due(self, now: float, latency: float) -> list[tuple[float, Any]]:
+        """For a sink that sends as time passes (a network output): the audio due by
+        `now`, sound captured at t being due at t + `latency`, the processing latency of
+        the last video frame written, so each sound leaves when its picture would."""
+        return self.release_until(now - latency, now)
 
     def drop_all(self) -> int:
         with self._lock:

@@ -32,6 +32,7 @@ RTP_PACKET = 1400  # bytes: what the server forwards over UDP to its readers mus
 CLOSE_GRACE_S = 2.0  # close() lets frames already queued go out for this long
 AUDIO_RATE = 48000  # Opus's clock, and the rate live sources hand their sound on in
 AUDIO_GAP_S = 0.02  # audio this close to where the last ended continues it (no hole, no overlap)
+AUDIO_TICK_S = 0.005  # the writer looks for sound that is due this often
 
 
 class RtspSink:
@@ -50,10 +51,10 @@ class RtspSink:
     the frames dropped, the reconnects and the time without a connection.
 
     `audio` (the source's sound, 48 kHz stereo s16, through its delay line): published as
-    Opus beside the video (a second stream in the ANNOUNCE). Each `write()` takes the
-    sound captured up to its frame's capture time, so the sound leaves with its picture:
-    delayed by exactly that frame's processing latency. It is timed on the same capture
-    clock as the video, and sound whose frame was dropped goes with the next frame sent.
+    Opus beside the video (a second stream in the ANNOUNCE), timed on the same capture
+    clock. Each `write()` measures its frame's latency (capture to here); the writer sends
+    sound captured at t at t + that latency, so the sound leaves when its picture does.
+    Sound never waits for a picture: frames dropped or a stall change nothing for it.
     """
 
     def __init__(self, url: str, width: int, height: int, fps: float, encode: EncodeConfig,
@@ -61,7 +62,7 @@ class RtspSink:
                  audio: AudioDelay | None = None) -> None:
         self.url = url
         self.audio = audio
-        self._sound: list[av.AudioFrame] = []  # released, waiting for a frame that is sent
+        self._latency = 0.0  # of the last frame written: how long its sound is held
         self._audio_next: int | None = None  # pts (1/48000) where the sound sent so far ends
         self.audio_frames_sent = 0
         self.width, self.height = width, height
@@ -77,7 +78,7 @@ class RtspSink:
         # The writer may hold one frame and the queue the next QUEUE_FRAMES: one more to fill.
         self._pool = [self._framer.new_frame() for _ in range(QUEUE_FRAMES + 2)]
         self._next = 0
-        self._queue: queue.Queue[tuple[av.VideoFrame, list[av.AudioFrame]]] = queue.Queue(QUEUE_FRAMES)
+        self._queue: queue.Queue[av.VideoFrame] = queue.Queue(QUEUE_FRAMES)
         self._link: _Link | None = None
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None  # what ended the writer, if not close()
@@ -159,8 +160,7 @@ class RtspSink:
             self._t0 = slot.capture_time
         pts = max(round((slot.capture_time - self._t0) / VIDEO_TIME_BASE), self._last_pts + 1)
         self._last_pts = pts
-        if self.audio is not None:
-            self._take_sound(slot.capture_time)
+        self._latency = max(0.0, time.monotonic() - slot.capture_time)
         if self._link is None or self._closing.is_set() or self._queue.full():
             self._count_dropped(1)
             return
@@ -169,18 +169,20 @@ class RtspSink:
         frame.pts = pts
         frame.time_base = VIDEO_TIME_BASE
         try:
-            self._queue.put_nowait((frame, self._sound))
-            self._sound = []
+            self._queue.put_nowait(frame)
         except queue.Full:
             self._count_dropped(1)
 
-    def _take_sound(self, captured: float) -> None:
-        """The sound captured up to `captured` (this frame's capture time), as Opus-ready
-        frames timed on the video's clock; sound from before the first frame is left out."""
-        assert self.audio is not None and self._t0 is not None
-        for when, samples in self.audio.release_until(captured, time.monotonic()):
+    def _due_sound(self) -> list[av.AudioFrame]:
+        """The sound due now (see `audio`), as Opus-ready frames timed on the video's clock;
+        sound from before the first picture is left out."""
+        t0 = self._t0
+        if self.audio is None or t0 is None:
+            return []
+        sound: list[av.AudioFrame] = []
+        for when, samples in self.audio.release_due(time.monotonic(), self._latency):
             n = samples.shape[1] // 2
-            pts = round((when - self._t0) * AUDIO_RATE)
+            pts = round((when - t0) * AUDIO_RATE)
             if self._audio_next is not None and abs(pts - self._audio_next) <= AUDIO_GAP_S * AUDIO_RATE:
                 pts = self._audio_next  # continuous: clock jitter must not cut or overlap it
             if pts < 0 or (self._audio_next is not None and pts < self._audio_next):
@@ -189,10 +191,9 @@ class RtspSink:
             frame.sample_rate = AUDIO_RATE
             frame.pts = pts
             frame.time_base = Fraction(1, AUDIO_RATE)
-            self._sound.append(frame)
+            sound.append(frame)
             self._audio_next = pts + n
-        if len(self._sound) > 100:  # about 2 s held for frames that were all dropped: let it go
-            del self._sound[:-50]
+        return sound
 
     def _count_dropped(self, n: int) -> None:
         if n:
@@ -223,23 +224,27 @@ class RtspSink:
                     if self._reconnect():
                         attempt = 0
                     continue
+                frame: av.VideoFrame | None = None
                 try:
-                    frame, sound = self._queue.get(timeout=0.1)
+                    frame = self._queue.get(timeout=0.1 if self.audio is None else AUDIO_TICK_S)
                 except queue.Empty:
                     if self._closing.is_set():
                         break
-                    continue
                 started = time.monotonic()
                 try:
-                    link.send(frame, self.send_timeout)
+                    if frame is not None:
+                        link.send(frame, self.send_timeout)
+                    sound = self._due_sound()
                     if sound and link.sound is not None:
                         link.send_sound(sound, self.send_timeout)
                         self.audio_frames_sent += len(sound)
+                    if frame is None:
+                        continue
                 except Cancelled:
-                    self._count_dropped(1)
+                    self._count_dropped(int(frame is not None))
                     break
                 except (RtspLost, RtspRefused, av.FFmpegError, OSError) as exc:
-                    self._count_dropped(1)
+                    self._count_dropped(int(frame is not None))
                     self._lose(link, str(exc), started)
                     continue
                 with self._lock:
@@ -361,7 +366,8 @@ class _SoundOut:
             self.stream.layout = "stereo"
             self.stream.time_base = Fraction(1, AUDIO_RATE)
             self.stream.codec_context.time_base = Fraction(1, AUDIO_RATE)
-            self.stream.options = {"application": "lowdelay", "frame_duration": "20"}
+            # 10 ms frames: the pieces sources hand on, each sent when due, none held back
+            self.stream.options = {"application": "lowdelay", "frame_duration": "10"}
             self.output.start_encoding()
         except BaseException:
             close_quietly(self.output)

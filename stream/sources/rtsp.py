@@ -32,6 +32,7 @@ _Opened = tuple["av.container.InputContainer", Iterator["av.VideoFrame"], "av.Vi
 # PCM ...): what the live sinks encode from (Opus is 48 kHz; AAC takes it as well).
 AUDIO_RATE = 48000
 AUDIO_LAYOUT = "stereo"
+AUDIO_PIECE = AUDIO_RATE // 100  # handed on in 10 ms pieces (as WebRTC does): fine-grained delays
 
 
 class RtspSource:
@@ -108,10 +109,12 @@ class RtspSource:
             stream_time = frame.time
             for out in self._resampler.resample(frame):
                 samples = out.to_ndarray()  # (1, 2 * n) interleaved s16
-                captured = now if (self._offset is None or stream_time is None) else stream_time + self._offset
-                self.audio.push(captured, samples)
-                if stream_time is not None:
-                    stream_time += out.samples / AUDIO_RATE
+                for start in range(0, out.samples, AUDIO_PIECE):
+                    piece = samples[:, 2 * start:2 * (start + AUDIO_PIECE)]
+                    captured = now if (self._offset is None or stream_time is None) else stream_time + self._offset
+                    self.audio.push(captured, piece)
+                    if stream_time is not None:
+                        stream_time += piece.shape[1] / 2 / AUDIO_RATE
 
     def _error(self, what: str) -> SourceError:
         return SourceError(f"{self.name}: {what}")
