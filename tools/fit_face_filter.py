@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import cv2  # noqa: E402
-import dlib  # noqa: E402
+import dlib  # type: ignore[import-untyped]  # noqa: E402
 import numpy as np  # noqa: E402
 
 from engines.dlib_embedder import DlibEmbedder  # noqa: E402
@@ -95,8 +95,8 @@ def drawn_face(rng: np.random.Generator) -> tuple[np.ndarray, tuple[float, float
     else:
         cv2.ellipse(img, (cx, my), (mw, max(2, mw // 4)), 0, 0, 360, colour(), -1, cv2.LINE_AA)
     m = cv2.getRotationMatrix2D((100, 100), rng.uniform(-30, 30), 1.0)
-    img = cv2.warpAffine(img, m, (size, size), borderMode=cv2.BORDER_REPLICATE)
-    return cv2.GaussianBlur(img, (0, 0), rng.uniform(0.5, 1.5)), (cx - ax, cy - ay, cx + ax, cy + ay)
+    rolled = cv2.warpAffine(img, m, (size, size), borderMode=cv2.BORDER_REPLICATE)
+    return cv2.GaussianBlur(rolled, (0, 0), rng.uniform(0.5, 1.5)), (cx - ax, cy - ay, cx + ax, cy + ay)
 
 
 def skimage_picture(name: str) -> np.ndarray | None:
