@@ -17,9 +17,10 @@ real face rolled 26 degrees or 40 px wide as low as 0), so each box is checked t
    faces). A box whose sum is not above `margin` is not a face.
 
 The embedding is the costly part (~80 ms), so verdicts are remembered: a box that overlaps a
-box judged at one of the last detections takes its verdict, and is judged afresh every
-`recheck` detections. A face therefore costs one embedding when it appears, not one per
-detection.
+box judged at one of the last detections takes its verdict. A face is judged afresh every
+`recheck` detections, a rejected box every `recheck_rejected` (sooner: a real face judged
+in a bad frame, blurred or half turned, must not stay unswapped for long). A face therefore
+costs one embedding when it appears, not one per detection.
 """
 from __future__ import annotations
 
@@ -79,11 +80,13 @@ class FaceFilter:
     Wraps any `Detector`; has its own landmarker and embedder (the detection may run on a
     thread of its own, beside the tracker's landmarks and embeddings)."""
 
-    def __init__(self, detector: Detector, margin: float = 0.0, recheck: int = 10) -> None:
+    def __init__(self, detector: Detector, margin: float = 0.0, recheck: int = 30,
+                 recheck_rejected: int = 3) -> None:
         self.detector = detector
         self.name = f"{detector.name}+face-filter"
         self.margin = margin
         self.recheck = recheck
+        self.recheck_rejected = recheck_rejected
         self.landmarker = DlibLandmarker()
         self.embedder = DlibEmbedder()
         self._weights = np.asarray(WEIGHTS, np.float32)
@@ -146,7 +149,7 @@ class FaceFilter:
                 best, overlap = v, o
         if best is None:
             return None
-        if now - best.judged_at >= self.recheck:
+        if now - best.judged_at >= (self.recheck if best.face else self.recheck_rejected):
             self._memory.remove(best)
             return None
         best.box, best.seen_at = box, now

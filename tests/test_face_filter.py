@@ -135,16 +135,21 @@ def test_demo_picture_keeps_its_six_faces(detector) -> None:  # type: ignore[no-
 
 
 def test_memory_judges_a_box_once(detector) -> None:  # type: ignore[no-untyped-def]
-    """A face (and a badge) seen at every detection is embedded once, not at every detection."""
-    filt = FaceFilter(DlibHogDetector())
+    """A face (and a badge) seen at every detection is embedded when it appears, not at every
+    detection; a rejected box is judged again after `recheck_rejected` detections, the face
+    only after `recheck`."""
+    filt = FaceFilter(DlibHogDetector(), recheck=30, recheck_rejected=3)
     image, _ = rotate_scene().frame(54)
     views = FrameViews(image)
     first = filt.forward(views)
+    assert len(first) == 1 and filt.rejected == 2
     judged = filt.judged
-    for _ in range(5):
+    assert judged == 3  # the face and the two badges
+    for _ in range(2):
         assert filt.forward(views) == first
     assert filt.judged == judged
-    assert len(first) == 1 and filt.rejected == 2 * 6
+    assert filt.forward(views) == first  # the 4th detection: the two badges judged again
+    assert filt.judged == judged + 2 and filt.rejected == 2 * 4
 
 
 def test_plausible_rejects_a_scrambled_layout() -> None:
