@@ -107,7 +107,8 @@ MOVES = [
 def test_warp_reproduces_moved_source(astro, source, matrix, mean_tol, p99_tol):
     frame, points = move(astro, matrix)
     untouched = frame.copy()
-    result = ClassicalSwapper(ClassicalOptions()).forward(frame, face_of(points), source)
+    # shape=0: the target's landmarks exactly (no source proportions), so the warp is the map.
+    result = ClassicalSwapper(ClassicalOptions(shape=0.0)).forward(frame, face_of(points), source)
     assert result is not None
     assert np.array_equal(frame, untouched), "forward must not modify the frame"
     x0, y0, x1, y1 = result.region
@@ -120,7 +121,7 @@ def test_warp_reproduces_moved_source(astro, source, matrix, mean_tol, p99_tol):
 @pytest.mark.parametrize("matrix", [pytest.param(m.values[0], id=m.id) for m in MOVES])
 def test_valid_covers_hull_and_little_else(astro, source, matrix):
     frame, points = move(astro, matrix)
-    result = ClassicalSwapper(ClassicalOptions()).forward(frame, face_of(points), source)
+    result = ClassicalSwapper(ClassicalOptions(shape=0.0)).forward(frame, face_of(points), source)
     assert result is not None
     x0, y0, x1, y1 = result.region
     # The mesh is the 68 points plus the forehead points measured on the source.

@@ -1,0 +1,154 @@
+"""The classical swapper carries the source's identity onto the target's geometry and colour.
+
+Pictures from installed packages: skimage's astronaut (the source, also in grey and with
+exaggerated colour) and insightface's t1.jpg (the target's largest face). Measured with
+dlib's own embedding and landmarks, the models the default engine uses.
+"""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from engines.classical_swapper import ClassicalOptions, ClassicalSwapper, blend_shape
+from engines.dlib_embedder import DlibEmbedder
+from engines.dlib_landmarker import DlibLandmarker
+from engines.face import BROWS, Face
+from engines.frame_views import FrameViews
+from stream.media.demo_clips import T1_LARGEST_FACE, astronaut, single_face_picture
+
+ASTRONAUT_FACE = (179, 83, 267, 171)  # as dlib's HOG detector finds it
+CHEEKS = [2, 3, 13, 14, 29, 31, 35]
+
+
+@pytest.fixture(scope="module")
+def dlib_models() -> tuple[DlibLandmarker, DlibEmbedder]:
+    return DlibLandmarker(), DlibEmbedder()
+
+
+def landmarks(models, image: np.ndarray, box) -> np.ndarray:
+    return models[0].forward(FrameViews(image), tuple(float(v) for v in box)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def target(dlib_models) -> tuple[np.ndarray, np.ndarray, tuple[float, ...]]:
+    """t1's largest face, as a still, its 68 landmarks and its box."""
+    picture, _ = single_face_picture()
+    x0, y0, x1, y1 = T1_LARGEST_FACE
+    frame = picture[y0 - 120:y1 + 120, x0 - 120:x1 + 120].copy()
+    box = (120, 120, 120 + x1 - x0, 120 + y1 - y0)
+    return frame, landmarks(dlib_models, frame, box), box
+
+
+def swap(source_image: np.ndarray, source_lm: np.ndarray, frame: np.ndarray, lm: np.ndarray,
+         **options) -> np.ndarray:
+    swapper = ClassicalSwapper(ClassicalOptions(**options))
+    source = swapper.prepare_source(source_image, source_lm)
+    out = frame.copy()
+    face = Face(box=(*lm.min(axis=0), *lm.max(axis=0)), landmarks=lm)
+    result = swapper.forward(out, face, source)
+    assert result is not None
+    swapper.paste(out, face, result)
+    return out
+
+
+def cheek_chroma(image: np.ndarray, lm: np.ndarray) -> tuple[np.ndarray, float]:
+    """Mean (Cr, Cb) offset from grey over the cheeks and their spread (std, both channels)."""
+    mask = np.zeros(image.shape[:2], np.uint8)
+    cv2.fillConvexPoly(mask, cv2.convexHull(np.round(lm[CHEEKS]).astype(np.int32)), 255)
+    ycc = cv2.cvtColor(image, cv2.COLOR_BGR2YCrCb).astype(np.float32)[mask > 0][:, 1:] - 128
+    return ycc.mean(axis=0), float(np.linalg.norm(ycc.std(axis=0)))
+
+
+def recolour(image: np.ndarray, chroma: float) -> np.ndarray:
+    """The picture with its chroma (Lab a, b about neutral) scaled by `chroma` (0: grey)."""
+    lab = cv2.cvtColor(image, cv2.COLOR_BGR2LAB).astype(np.float32)
+    lab[:, :, 1:] = 128 + (lab[:, :, 1:] - 128) * chroma
+    return cv2.cvtColor(np.clip(lab + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
+
+
+@pytest.mark.parametrize("chroma", [0.0, 0.25, 2.5], ids=["grey", "low-chroma", "vivid"])
+def test_the_swapped_skin_keeps_the_target_skin_colour(dlib_models, target, chroma):
+    # A grey or washed-out source must not grey the target's skin, and a vivid one (strong or
+    # tinted light) must not leave its own colour patches on it: the cheeks keep the target's
+    # hue and saturation, with no more colour spread than the target's own skin.
+    frame, lm, _ = target
+    source = recolour(astronaut(), chroma)
+    out = swap(source, landmarks(dlib_models, source, ASTRONAUT_FACE), frame, lm)
+    mean_in, spread_in = cheek_chroma(frame, lm)
+    mean_out, spread_out = cheek_chroma(out, lm)
+    assert np.linalg.norm(mean_out - mean_in) <= 0.15 * np.linalg.norm(mean_in)
+    assert spread_out <= 1.1 * spread_in + 0.5
+
+
+def test_the_warp_covers_the_inner_face_and_the_bare_forehead(dlib_models):
+    # Where the source shows bare skin above the brows, the swap reaches up the forehead
+    # (the 68 points stop at the brows); where a fringe covers it, the hair is not painted on.
+    image = astronaut()
+    lm = landmarks(dlib_models, image, ASTRONAUT_FACE)
+    bare = image.copy()
+    brows, chin = lm[BROWS], lm[8]
+    up = brows.mean(axis=0) - chin
+    # Paint the forehead (from just above the brows) with the cheeks' colour: bare skin.
+    cheeks = cv2.fillConvexPoly(np.zeros(image.shape[:2], np.uint8),
+                                np.round(lm[CHEEKS]).astype(np.int32), 255)
+    band = np.r_[brows + 0.03 * up, (brows + 0.45 * up)[::-1]]
+    cv2.fillPoly(bare, [np.round(band).astype(np.int32)], cv2.mean(image, mask=cheeks)[:3])
+    swapper = ClassicalSwapper(ClassicalOptions())
+    frame = image.copy()
+    face = Face(box=(*lm.min(axis=0), *lm.max(axis=0)), landmarks=lm)
+
+    bare_source = swapper.prepare_source(bare, lm)
+    result = swapper.forward(frame, face, bare_source)
+    assert result is not None
+    x0, y0, x1, y1 = result.region
+    shape = (y1 - y0, x1 - x0)
+    origin = np.array([x0, y0], np.float32)
+    inner = np.zeros(shape, np.uint8)
+    cv2.fillConvexPoly(inner, cv2.convexHull(np.round(lm - origin).astype(np.int32)), 255)
+    inner = cv2.erode(inner, np.ones((3, 3), np.uint8))
+    assert not np.any(result.valid[inner > 0] == 0), "the warp leaves part of the inner face"
+    # A quarter of the brows-to-chin distance above the brows is covered (but for their outer
+    # tails, where the temples' hair starts on any face).
+    reach = ((brows[1:-1] + 0.25 * up) - origin).round().astype(int)
+    assert (result.valid[reach[:, 1], reach[:, 0]] > 0).all()
+
+    fringe_source = swapper.prepare_source(image, lm)
+    assert fringe_source.forehead.mean() < 0.75 * bare_source.forehead.mean()
+
+
+def test_identity_carries_and_the_target_keeps_its_landmarks(dlib_models, target):
+    # dlib's "same person" line is 0.6: the swapped still is the source's person, while dlib
+    # finds the target's landmarks where they were (pose and expression kept).
+    frame, lm, box = target
+    source = cv2.cvtColor(cv2.cvtColor(astronaut(), cv2.COLOR_BGR2GRAY), cv2.COLOR_GRAY2BGR)
+    source_lm = landmarks(dlib_models, source, ASTRONAUT_FACE)
+    reference = dlib_models[1].forward(source, source_lm)
+    out = swap(source, source_lm, frame, lm)
+    before = float(np.linalg.norm(dlib_models[1].forward(frame, lm) - reference))
+    lm_out = landmarks(dlib_models, out, box)
+    after = float(np.linalg.norm(dlib_models[1].forward(out, lm_out) - reference))
+    assert after < 0.6 < before
+    iod = float(np.linalg.norm(lm[36:42].mean(axis=0) - lm[42:48].mean(axis=0)))
+    shift = float(np.linalg.norm(lm_out - lm, axis=1).mean()) / iod
+    assert shift <= 0.05
+
+
+def test_shape_keeps_the_target_pose_jaw_mouth_and_eyelids(dlib_models, target):
+    # The source's proportions come in on brows, nose and eye positions only, fitted to the
+    # target's pose: rolled and scaled targets get the same relative change.
+    _, lm, _ = target
+    source = landmarks(dlib_models, astronaut(), ASTRONAUT_FACE)
+    moved = blend_shape(lm, source, 0.3)
+    assert np.array_equal(moved[:17], lm[:17]) and np.array_equal(moved[48:], lm[48:])
+    for eye in (slice(36, 42), slice(42, 48)):  # each eye shifted whole: its lids' shape stays
+        offsets = moved[eye] - lm[eye]
+        np.testing.assert_allclose(offsets, np.broadcast_to(offsets[0], offsets.shape), atol=1e-4)
+    iod = float(np.linalg.norm(lm[36:42].mean(axis=0) - lm[42:48].mean(axis=0)))
+    assert 0 < float(np.linalg.norm(moved - lm, axis=1).mean()) / iod <= 0.05
+    centre = lm.mean(axis=0)
+    rot = cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), 25.0, 1.4)
+    rolled = (np.c_[lm, np.ones(68)] @ rot.T).astype(np.float32)
+    expected = (np.c_[moved, np.ones(68)] @ rot.T).astype(np.float32)
+    np.testing.assert_allclose(blend_shape(rolled, source, 0.3), expected, atol=1e-2)
+    assert blend_shape(lm, source, 0.0) is lm
