@@ -16,7 +16,8 @@ from engines.dlib_detector import DlibHogDetector
 from engines.face_filter import FaceFilter, plausible
 from engines.frame_views import FrameViews
 from engines.registry import build_engines
-from stream.config import Config
+from stream.config import Config, load_config
+from stream.errors import ConfigError
 from stream.media.demo_clips import astronaut, group_picture, write_clip
 from tools.quality import metrics
 from tools.quality.clips import ASTRONAUT_BADGES, ASTRONAUT_FACE, facelike_scene, rotate_scene
@@ -170,6 +171,9 @@ def test_plausible_rejects_a_scrambled_layout() -> None:
 def test_verify_off_keeps_hog_boxes() -> None:
     det = default_detector(verify=False)
     assert isinstance(det, DlibHogDetector)
+    assert isinstance(default_detector(), FaceFilter)
+    with pytest.raises(ConfigError, match="detect.verify must be true or false"):
+        load_config(None, ["detect.verify=maybe"])
 
 
 def test_swap_leaves_the_badges_alone(tmp_path: Path) -> None:
