@@ -40,7 +40,7 @@ def test_overrides_are_typed_and_win_over_the_preset() -> None:
     cfg = load_config("quality", ["detect.every=7", "swap.color_transfer=false", "encode.preset=fast",
                                   'select.mapping=[["a.png", "b.png"]]', "select.mode=mapping"])
     assert cfg.detect.every == 7 and cfg.swap.color_transfer is False
-    assert cfg.encode.preset == "fast" and cfg.swap.blend == "poisson"  # the rest from the preset
+    assert cfg.encode.preset == "fast" and cfg.detect.max_side == 1920  # the rest from the preset
     assert cfg.select.mapping == [["a.png", "b.png"]]
 
 
