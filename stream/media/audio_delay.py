@@ -93,6 +93,13 @@ class AudioBus:
             self._delays.append(delay)
         return delay
 
+    def unsubscribe(self, delay: AudioDelay) -> None:
+        """A sink that left (a WebRTC viewer): its delay line gets nothing more."""
+        with self._lock:
+            if delay in self._delays:
+                self._delays.remove(delay)
+        delay.drop_all()
+
     def push(self, captured: float, frame: Any) -> None:
         self.frames += 1
         with self._lock:

@@ -65,6 +65,7 @@ class PeerCall:
     token: str
     remote: asyncio.Future[MediaStreamTrack]
     base_url: str
+    remote_audio: asyncio.Future[MediaStreamTrack] | None = None  # the sound sent back (see `audio`)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -77,12 +78,14 @@ class PeerCall:
 
 async def open_session(base_url: str, track: MediaStreamTrack, face: str | None = None,
                        session: Any = None, visitor: str | None = None,
-                       ice_addresses: Sequence[str] | None = None) -> PeerCall:
+                       ice_addresses: Sequence[str] | None = None,
+                       audio: MediaStreamTrack | None = None) -> PeerCall:
     """Connect `track` to a `facestream serve` at `base_url` as a browser would: offer
     (sent once ICE gathering is complete), answer, and a future of the swapped track
     coming back. `session`: an aiohttp ClientSession to reuse (its cookie is the visitor);
     `visitor`: a visitor token sent as the X-Visitor header instead; `ice_addresses`:
-    gather this peer's candidates there only (None: aiortc's default)."""
+    gather this peer's candidates there only (None: aiortc's default); `audio`: a microphone
+    track sent too, its sound coming back with the swapped video (`PeerCall.remote_audio`)."""
     import aiohttp
     from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
@@ -91,13 +94,17 @@ async def open_session(base_url: str, track: MediaStreamTrack, face: str | None 
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     loop = asyncio.get_running_loop()
     remote: asyncio.Future[MediaStreamTrack] = loop.create_future()
+    remote_audio: asyncio.Future[MediaStreamTrack] = loop.create_future()
 
     @pc.on("track")
     def _on_track(t: MediaStreamTrack) -> None:
-        if t.kind == "video" and not remote.done():
-            remote.set_result(t)
+        wanted = remote if t.kind == "video" else remote_audio
+        if not wanted.done():
+            wanted.set_result(t)
 
     pc.addTrack(track)
+    if audio is not None:
+        pc.addTrack(audio)
     restrict_gathering(pc, ice_addresses)
     await pc.setLocalDescription(await pc.createOffer())
     own = session is None
@@ -115,7 +122,7 @@ async def open_session(base_url: str, track: MediaStreamTrack, face: str | None 
         if own:
             await http.close()
     await pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
-    return PeerCall(pc, body["session"], body["token"], remote, base_url)
+    return PeerCall(pc, body["session"], body["token"], remote, base_url, remote_audio)
 
 
 async def call_server(base_url: str, track: MediaStreamTrack, face: str | None = None,

@@ -24,11 +24,15 @@ from stream.errors import StreamError, reason_of
 from stream.job.assembly import Pipeline
 from stream.job.runs import run_live
 from stream.job.swap_job import SwapJob
+from stream.media.audio_delay import AudioBus
 from stream.server.faces import FaceEntry
 from stream.server.ice import restrict_gathering
 from stream.sinks.relay import FrameRelay
 from stream.sinks.webrtc import SwappedTrack, WebRtcSink
+from stream.sinks.webrtc_sound import DelayedSoundTrack, SoundFeed
+from stream.sources.rtp_arrivals import RtpArrivals
 from stream.sources.webrtc import TrackReader, WebRtcSource
+from stream.sources.webrtc_sound import SoundReader, VideoLag
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +88,16 @@ class PeerSession:
         self.out = SwappedTrack()
         self.relay = FrameRelay()  # the swapped video for this session's viewers (WHEP)
         self.via = "page"  # how the peer came: "page" (the JSON offer) or "whip"
-        self._drains: list[asyncio.Task[None]] = []
+        # The peer's sound: stamped on its pictures' clock (the lag of its pictures measured
+        # from their packets' arrival), sent back held by the pictures' latency.
+        self.audio = AudioBus()
+        self.video_lag = VideoLag(RtpArrivals())
+        self.sound: SoundReader | None = None
+        self.sound_out: DelayedSoundTrack | None = None
+        self._drains: list[asyncio.Task[None]] = []  # further sound tracks: read and let go
         self.reader: TrackReader | None = None
         self.thread: threading.Thread | None = None
+        self.sink: WebRtcSink | None = None
         self.pipeline: Pipeline | None = None
         self.figures: dict[str, Any] = {}
         self.report: dict[str, Any] | None = None
@@ -105,6 +116,13 @@ class PeerSession:
         if not video:
             raise OfferError("offer: the SDP has no video (m=video) section")
         pc.addTrack(self.out)
+        audio = [t for t in pc.getTransceivers() if t.kind == "audio"]
+        sends = getattr(audio[0], "_offerDirection", None) if audio else None  # ours, the offer's reversed
+        if sends in ("recvonly", "sendrecv"):  # the peer sends sound: its viewers hear it
+            self.relay.sound = SoundFeed(self.audio, self.video_latency)
+        if sends == "sendrecv":  # ... and takes sound back: its own, with its swapped video
+            self.sound_out = DelayedSoundTrack(self.audio.subscribe(), self.video_latency)
+            pc.addTrack(self.sound_out)
         prefer_codec(video[0], self.codec_wanted)
         restrict_gathering(pc, self.ice_addresses)
         await pc.setLocalDescription(await pc.createAnswer())
@@ -139,16 +157,28 @@ class PeerSession:
             await self.on_failed(self.id)
 
     def _on_track(self, track: Any) -> None:
+        receiver = next((r for r in self.pc.getReceivers() if r.track is track), None)
         if track.kind != "video":
-            # Not used yet (an encoder's audio): read and let go, so aiortc's receive queue
-            # does not grow for the life of the session.
-            self._drains.append(asyncio.ensure_future(_drain(track)))
+            if self.sound is None and track.kind == "audio":
+                self.sound = SoundReader(track, receiver, self.audio, self.video_lag, f"webrtc peer {self.id}")
+                self.sound.start()
+            else:  # read and let go, so aiortc's receive queue does not grow for the session's life
+                self._drains.append(asyncio.ensure_future(_drain(track)))
             return
         if self.reader is not None:
             return
-        receiver = next((r for r in self.pc.getReceivers() if r.track is track), None)
-        self.reader = TrackReader(track, self.source, receiver, on_first=self._start_pipeline)
+        if receiver is not None:
+            self.video_lag.arrivals.install(receiver)
+        self.reader = TrackReader(track, self.source, receiver, on_first=self._start_pipeline,
+                                  on_frame=self.video_lag.offered)
         self.reader.start()
+
+    def video_latency(self) -> float:
+        """The swapped pictures' latency, capture to the sender taking them (to the sink,
+        when the peer takes no video back): what the sound sent with them is held back by."""
+        if self.out.frames_sent or self.sink is None:
+            return self.out.latency_s
+        return self.sink.latency_s
 
     async def _on_state(self) -> None:
         if self.pc.connectionState in ("failed", "closed") and not self.closed:
@@ -167,7 +197,7 @@ class PeerSession:
         assert info is not None
         self.say(f"peer {self.id}: {self.codec or 'video'} {info.width}x{info.height}, "
                         f"face {self.face.name}")
-        sink = WebRtcSink(self.out, info.width, info.height, relay=self.relay)
+        self.sink = sink = WebRtcSink(self.out, info.width, info.height, relay=self.relay)
         try:
             result = run_live(self.job, self.source, sink, self.source.name, status=self._on_figures,
                               faces=[self.face.prepared], on_start=self._on_pipeline)
@@ -202,7 +232,16 @@ class PeerSession:
                 **self.figures,
                 "received": self.source.frames_received, "replaced_in": self.source.frames_replaced,
                 "sent": self.out.frames_sent, "replaced_out": self.out.frames_replaced,
-                "decoder_backlog_max": self.reader.max_backlog if self.reader else 0}
+                "decoder_backlog_max": self.reader.max_backlog if self.reader else 0,
+                "audio": self._audio_state()}
+
+    def _audio_state(self) -> dict[str, Any] | None:
+        if self.sound is None:
+            return None
+        out = self.sound_out
+        return {"received": self.sound.frames, "sent": out.frames_sent if out else 0,
+                "held_ms": round(out.delay.hold_s * 1000, 1) if out else None,
+                "expired": out.delay.expired if out else 0}
 
     async def close(self) -> None:
         if self.closed:
@@ -214,6 +253,10 @@ class PeerSession:
         if self.reader is not None:
             await self.reader.stop()
         self.out.stop()
+        if self.sound_out is not None:
+            self.sound_out.stop()
+        if self.sound is not None:
+            await self.sound.stop()
         self.relay.close()
         for drain in self._drains:
             drain.cancel()

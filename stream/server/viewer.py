@@ -14,6 +14,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from stream.server.ice import restrict_gathering
 from stream.server.peer import CONNECT_TIMEOUT_S, WATCH_PERIOD_S, OfferError, prefer_codec
 from stream.sinks.relay import FrameRelay, RelayTrack
+from stream.sinks.webrtc_sound import DelayedSoundTrack
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class Viewer:
         self.say = say or (lambda line: None)
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.track: RelayTrack | None = None
+        self.sound: DelayedSoundTrack | None = None
         self.closed = False
         self.ended: str | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -52,6 +54,11 @@ class Viewer:
             raise OfferError("offer: the SDP has no video (m=video) section")
         self.track = self.relay.track()
         pc.addTrack(self.track)
+        audio = [t for t in pc.getTransceivers() if t.kind == "audio"]
+        feed = self.relay.sound
+        if audio and feed is not None and getattr(audio[0], "_offerDirection", None) in ("sendonly", "sendrecv"):
+            self.sound = feed.track()  # the session's sound, held as its pictures are
+            pc.addTrack(self.sound)
         prefer_codec(video[0], self.codec_wanted)
         restrict_gathering(pc, self.ice_addresses)
         await pc.setLocalDescription(await pc.createAnswer())
@@ -85,4 +92,6 @@ class Viewer:
             self._watch.cancel()
         if self.track is not None:
             self.track.stop()
+        if self.sound is not None:
+            self.sound.stop()
         await self.pc.close()

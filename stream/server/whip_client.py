@@ -25,12 +25,14 @@ class SignallingError(ConnectionError):
 @dataclass
 class MediaCall:
     """A WHIP or WHEP client's session: its connection, the resource to DELETE, and a
-    future of the video track it receives (a WHIP publisher offering sendonly gets none)."""
+    future of the video track it receives (a WHIP publisher offering sendonly gets none),
+    and of the sound track (a publisher that sent sound and offered to receive gets it back)."""
 
     pc: Any
     location: str
     remote: asyncio.Future[MediaStreamTrack]
     token: str | None = None
+    remote_audio: asyncio.Future[MediaStreamTrack] | None = None
 
     async def delete(self) -> int:
         """End the session on the server (DELETE its resource); the HTTP status."""
@@ -54,33 +56,49 @@ async def whip_publish(url: str, track: MediaStreamTrack, token: str | None = No
                        audio: MediaStreamTrack | None = None) -> MediaCall:
     """Publish `track` to a WHIP endpoint (`url`, e.g. http://host:8080/whip); `receive`:
     offer sendrecv and take back the video the server sends (else sendonly, as OBS);
-    `audio`: a sound track sent too (sendonly)."""
+    `audio`: a sound track sent too (and, with `receive`, the server's sound taken back:
+    `MediaCall.remote_audio`)."""
     from aiortc import RTCPeerConnection
 
     pc = RTCPeerConnection()
     remote = _remote_video(pc)
+    remote_audio = _remote_track(pc, "audio")
     pc.addTransceiver(track, direction="sendrecv" if receive else "sendonly")
     if audio is not None:
-        pc.addTransceiver(audio, direction="sendonly")
-    return await _exchange(pc, url, token, remote, ice_addresses)
+        pc.addTransceiver(audio, direction="sendrecv" if receive else "sendonly")
+    call = await _exchange(pc, url, token, remote, ice_addresses)
+    call.remote_audio = remote_audio
+    return call
 
 
-async def whep_view(url: str, token: str | None = None, ice_addresses: Sequence[str] | None = None) -> MediaCall:
-    """Watch a WHEP endpoint's stream (`url`, e.g. http://host:8080/whep/SESSION)."""
+async def whep_view(url: str, token: str | None = None, ice_addresses: Sequence[str] | None = None,
+                    audio: bool = False) -> MediaCall:
+    """Watch a WHEP endpoint's stream (`url`, e.g. http://host:8080/whep/SESSION); `audio`:
+    offer to receive its sound too (`MediaCall.remote_audio`)."""
     from aiortc import RTCPeerConnection
 
     pc = RTCPeerConnection()
     remote = _remote_video(pc)
+    remote_audio = _remote_track(pc, "audio")
     pc.addTransceiver("video", direction="recvonly")
-    return await _exchange(pc, url, token, remote, ice_addresses)
+    if audio:
+        pc.addTransceiver("audio", direction="recvonly")
+    call = await _exchange(pc, url, token, remote, ice_addresses)
+    call.remote_audio = remote_audio
+    return call
 
 
 def _remote_video(pc: Any) -> asyncio.Future[MediaStreamTrack]:
+    return _remote_track(pc, "video")
+
+
+def _remote_track(pc: Any, kind: str) -> asyncio.Future[MediaStreamTrack]:
+    """A future of the first track of `kind` the peer sends."""
     remote: asyncio.Future[MediaStreamTrack] = asyncio.get_running_loop().create_future()
 
     @pc.on("track")
     def _on_track(t: MediaStreamTrack) -> None:
-        if t.kind == "video" and not remote.done():
+        if t.kind == kind and not remote.done():
             remote.set_result(t)
 
     return remote

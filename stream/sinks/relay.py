@@ -24,6 +24,7 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
 from stream.media.clock import VIDEO_TIME_BASE
+from stream.sinks.webrtc_sound import SoundFeed
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class FrameRelay:
         self._tracks: list[RelayTrack] = []
         self._closed = False
         self.published = 0  # frames offered to at least one viewer
+        self.sound: SoundFeed | None = None  # the session's sound, when its peer sends some
         self.last: RelayedPicture | None = None
 
     @property

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import av
 from aiortc import MediaStreamTrack
@@ -35,11 +36,13 @@ class SwappedTrack(MediaStreamTrack):
         self._loop = loop or asyncio.get_event_loop()
         self._lock = threading.Lock()
         self._pending: av.VideoFrame | None = None
+        self._pending_captured: float | None = None
         self._in_flight: av.VideoFrame | None = None
         self._pool: list[av.VideoFrame] = []
         self._wakeup = asyncio.Event()
         self.frames_sent = 0
         self.frames_replaced = 0
+        self.latency_s = 0.0  # of the last frame the sender took: from its capture to then
 
     def claim(self, framer: YuvFramer) -> av.VideoFrame:
         """A frame of the pool free for writing (from the sink's thread)."""
@@ -51,12 +54,14 @@ class SwappedTrack(MediaStreamTrack):
                     return frame
         raise AssertionError("frame pool exhausted")  # cannot happen: 3 frames, 2 held at most
 
-    def push(self, frame: av.VideoFrame) -> None:
-        """Hand a finished frame to the sender (from any thread)."""
+    def push(self, frame: av.VideoFrame, captured: float | None = None) -> None:
+        """Hand a finished frame to the sender (from any thread); `captured`: its capture
+        time (time.monotonic()), for `latency_s`."""
         with self._lock:
             if self._pending is not None:
                 self.frames_replaced += 1
             self._pending = frame
+            self._pending_captured = captured
         try:
             self._loop.call_soon_threadsafe(self._wakeup.set)
         except RuntimeError:  # the loop is closed: the peer is gone
@@ -72,6 +77,8 @@ class SwappedTrack(MediaStreamTrack):
                     self._pending = None
                     self._in_flight = frame
                     self.frames_sent += 1
+                    if self._pending_captured is not None:
+                        self.latency_s = max(0.0, time.monotonic() - self._pending_captured)
                     return frame
                 self._wakeup.clear()
             await self._wakeup.wait()
@@ -94,6 +101,7 @@ class WebRtcSink:
         self.relay = relay
         self.framer = YuvFramer(width, height)
         self.frames_written = 0
+        self.latency_s = 0.0  # of the last frame written: from its capture to here
         self.name = "webrtc peer"
 
     def open(self) -> None:
@@ -105,7 +113,8 @@ class WebRtcSink:
         frame.time_base = slot.time_base or VIDEO_TIME_BASE
         if self.relay is not None:  # before the push: once pushed, the sender may take it
             self.relay.publish(frame)
-        self.track.push(frame)
+        self.latency_s = max(0.0, time.monotonic() - slot.capture_time)
+        self.track.push(frame, slot.capture_time)
         self.frames_written += 1
 
     def close(self) -> None:

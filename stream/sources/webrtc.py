@@ -116,11 +116,14 @@ class TrackReader:
     keeps the receiver's decoder backlog bounded. Runs as a task on the event loop."""
 
     def __init__(self, track: MediaStreamTrack, source: WebRtcSource, receiver: Any = None,
-                 on_first: Any = None) -> None:
+                 on_first: Any = None, on_frame: Any = None) -> None:
+        """`on_first(frame)`: the first frame was offered; `on_frame(frame, when)`: each
+        frame was, at `when` (time.monotonic(), its capture stamp)."""
         self.track = track
         self.source = source
         self.receiver = receiver
         self.on_first = on_first
+        self.on_frame = on_frame
         self.backlog_trims = 0
         self.max_backlog = 0
         self.task: asyncio.Task[None] | None = None
@@ -134,6 +137,8 @@ class TrackReader:
             while True:
                 frame = await self.track.recv()
                 self.source.offer(frame)
+                if self.on_frame is not None:
+                    self.on_frame(frame, time.monotonic())
                 if first:
                     first = False
                     if self.on_first is not None:
