@@ -147,29 +147,46 @@ _SHAPE_POINTS = slice(17, 36)  # brows and nose: moved point by point
 _EYES = (slice(36, 42), slice(42, 48))  # each eye moved as a whole (its lids stay the target's)
 
 
-def blend_shape(target: Landmarks68, source: Landmarks68, amount: float) -> Landmarks68:
-    """The target's landmarks with the brows, nose and eye positions moved `amount` of the way
-    to the source's, after a least-squares similarity (rotation, scale, shift) of the source's
-    brows, nose and eyes onto the target's: the target's pose stays, the source's proportions
-    come in. Jaw and mouth are untouched."""
-    if amount <= 0:
-        return target
-    src = source[17:48].astype(np.float64)
-    dst = target[17:48].astype(np.float64)
-    mu_s, mu_d = src.mean(axis=0), dst.mean(axis=0)
-    a, b = src - mu_s, dst - mu_d
-    # Closed-form 2-D similarity: [x, -y; y, x] scaled rotation minimising |R a - b|.
+def fit_similarity(source: Points, target: Points) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Least-squares 2-D similarity (rotation, scale, shift) of `source` onto `target` points,
+    in closed form: returns (L, mu_s, mu_t) with target ~ (source - mu_s) @ L + mu_t."""
+    src, dst = source.astype(np.float64), target.astype(np.float64)
+    mu_s, mu_t = src.mean(axis=0), dst.mean(axis=0)
+    a, b = src - mu_s, dst - mu_t
     norm = float((a * a).sum())
     if norm <= 1e-9:
-        return target
+        return np.eye(2), mu_s, mu_t
     c = float((a * b).sum()) / norm
     s = float((a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]).sum()) / norm
-    fitted = (source.astype(np.float64) - mu_s) @ np.array([[c, s], [-s, c]]) + mu_d
+    return np.array([[c, s], [-s, c]]), mu_s, mu_t
+
+
+def blend_shape(target: Landmarks68, source: Landmarks68, amount: float) -> Landmarks68:
+    """The target's landmarks with the brows, nose and eye positions moved `amount` of the way
+    to the source's, after a least-squares similarity of the source's brows, nose and eyes
+    onto the target's: the target's pose stays, the source's proportions come in. Jaw and
+    mouth are untouched."""
+    if amount <= 0:
+        return target
+    linear, mu_s, mu_t = fit_similarity(source[17:48], target[17:48])
+    fitted = (source.astype(np.float64) - mu_s) @ linear + mu_t
     out = target.astype(np.float64).copy()
     out[_SHAPE_POINTS] += amount * (fitted[_SHAPE_POINTS] - out[_SHAPE_POINTS])
     for eye in _EYES:
         out[eye] += amount * (fitted[eye].mean(axis=0) - out[eye].mean(axis=0))
     return out.astype(np.float32)
+
+
+def place_forehead(target: Landmarks68, source: Points) -> Points:
+    """The target's 68 landmarks plus the source's forehead points (those past the 68th),
+    each kept at its offset from its brow point, turned and scaled by the similarity of all
+    68 source points onto the target's. A fit over 68 points barely moves with one frame's
+    landmark noise, where a direction from two points (chin, brows) wobbles the whole band."""
+    if len(source) <= 68:
+        return target
+    linear, _, _ = fit_similarity(source[:68], target[:68])
+    offsets = (source[68:].astype(np.float64) - source[BROWS]) @ linear
+    return np.concatenate([target[:68], target[BROWS] + offsets]).astype(np.float32)
 
 
 _CHEEKS = np.array([2, 3, 13, 14, 29, 31, 35])  # a polygon of bare skin on any face
@@ -303,15 +320,14 @@ class ClassicalSwapper:
 
     def _warp(self, frame_shape: tuple[int, ...], face: Face, source: SourceFace) -> SwapResult | None:
         lm = _check_landmarks(face.landmarks)
-        region = None if lm is None else self.face_region(
-            frame_shape, extend_forehead(lm, self.config.forehead))
-        if lm is None or region is None:
+        points = None if lm is None else place_forehead(
+            blend_shape(lm, source.landmarks[:68], self.config.shape), source.landmarks)
+        region = None if points is None else self.face_region(frame_shape, points)
+        if lm is None or points is None or region is None:
             self.skipped += 1
             return None
         x0, y0, x1, y1 = region
         level = source.level_for(face_size(lm))
-        points = extend_forehead(blend_shape(lm, source.landmarks[:68], self.config.shape),
-                                 source.forehead)
         patch, valid = forward_warp(source.levels[level], points - np.array([x0, y0], np.float32),
                                     (x1 - x0, y1 - y0))
         if cv2.countNonZero(valid) == 0:
@@ -355,7 +371,9 @@ class ClassicalSwapper:
         x0, y0 = result.region[:2]
         roi = result.region_of(frame)
         cfg = self.config
-        lm = extend_forehead(np.asarray(face.landmarks, np.float32), cfg.forehead) \
+        # The mask's outline reaches past the warped forehead (the warp's own edge, `valid`,
+        # bounds it there), so the forehead's edge is the warp's, steady from frame to frame.
+        lm = extend_forehead(np.asarray(face.landmarks, np.float32), 1.5 * cfg.forehead) \
             - np.array([x0, y0], np.float32)
         masks = prepare_masks(lm, result.valid, cfg.feather, cfg.keep_mouth, cfg.mouth_open)
         patch = transfer_color(result.patch, roi, masks.core) if cfg.color_transfer \

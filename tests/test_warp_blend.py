@@ -16,7 +16,7 @@ import pytest
 from skimage import data
 
 from engines.blend import mouth_open_ratio, prepare_masks, transfer_color
-from engines.classical_swapper import ClassicalOptions, ClassicalSwapper, SourceFace, extend_forehead
+from engines.classical_swapper import ClassicalOptions, ClassicalSwapper, SourceFace, place_forehead
 from engines.errors import EngineError
 from engines.face import INNER_LIPS, Face, SwapResult
 from engines.piecewise_affine import forward_warp, prepare_affines, prepare_triangulation
@@ -125,7 +125,7 @@ def test_valid_covers_hull_and_little_else(astro, source, matrix):
     assert result is not None
     x0, y0, x1, y1 = result.region
     # The mesh is the 68 points plus the forehead points measured on the source.
-    local = region_points(extend_forehead(points, source.forehead), result)
+    local = region_points(place_forehead(points, source.landmarks), result)
     shape = (y1 - y0, x1 - x0)
     assert result.valid.dtype == np.uint8 and set(np.unique(result.valid)) <= {0, 255}
     assert not np.any(hull_mask(local, shape, grow=-1)[result.valid == 0])
@@ -134,8 +134,8 @@ def test_valid_covers_hull_and_little_else(astro, source, matrix):
 
 def test_region_is_the_landmark_box_plus_a_small_margin(astro, source):
     frame, points = move(astro, similarity(scale=1.2, shift=(10, 20)))
-    result = ClassicalSwapper(ClassicalOptions()).forward(frame, face_of(points), source)
-    points = extend_forehead(points, ClassicalOptions().forehead)
+    result = ClassicalSwapper(ClassicalOptions(shape=0.0)).forward(frame, face_of(points), source)
+    points = place_forehead(points, source.landmarks)  # the 68 and the source's forehead points
     x0, y0, x1, y1 = result.region
     lo, hi = points.min(axis=0), points.max(axis=0)
     assert all(isinstance(v, int) for v in result.region)
@@ -224,7 +224,7 @@ def test_paste_changes_the_region_only(astro, source, blend, color, seed):
     changed = np.any(frame != before, axis=2)
     assert changed[y0:y1, x0:x1].mean() > 0.2
     # Outside the landmark hull (grown by a pixel), the region keeps the target as well.
-    far = hull_mask(extend_forehead(points, source.forehead), frame.shape[:2], grow=2) == 0
+    far = hull_mask(place_forehead(points, source.landmarks), frame.shape[:2], grow=2) == 0
     assert not changed[far].any()
     assert (swapper.calls, swapper.pastes, swapper.skipped) == (1, 1, 0)
 
@@ -317,7 +317,7 @@ def test_colour_transfer_moves_the_face_toward_the_target(astro, source, tint):
         swapper = ClassicalSwapper(ClassicalOptions(color_transfer=color))
         result = swapper.forward(frame, face, source)
         x0, y0, x1, y1 = result.region
-        masks = prepare_masks(region_points(extend_forehead(points, source.forehead), result),
+        masks = prepare_masks(region_points(place_forehead(points, source.landmarks), result),
                               result.valid, ClassicalOptions().feather, True, 0.12)
         core = masks.core > 0
         target_mean = frame[y0:y1, x0:x1][core].mean(axis=0)
@@ -397,7 +397,7 @@ def test_thin_triangles_sample_inside_their_source_triangle(astro, source, squas
     # A face squashed sideways (a head seen edge-on) has thin triangles whose inverse maps
     # magnify rasterisation slack many times; no sample may land outside the source crop
     # (which the constant border would show as black).
-    points = extend_forehead(astro.landmarks, source.forehead)
+    points = place_forehead(astro.landmarks, source.landmarks)
     points[:, 0] = (points[:, 0] - points[:, 0].min()) * squash + 3
     points[:, 1] += 3 - points[:, 1].min()
     size = tuple(int(v) for v in points.max(axis=0) + 6)
