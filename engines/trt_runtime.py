@@ -415,13 +415,13 @@ class TrtRuntime:
         """Whether `arr` is contiguous page-locked host memory the device can read directly."""
         if not arr.flags.c_contiguous or arr.size == 0:
             return False
-        runtime = self._cupy.cuda.runtime  # type: ignore[union-attr]
+        cuda_rt = self._cupy.cuda.runtime  # type: ignore[union-attr]
         try:
-            attrs = runtime.pointerGetAttributes(int(arr.__array_interface__["data"][0]))
+            attrs = cuda_rt.pointerGetAttributes(int(arr.__array_interface__["data"][0]))
         except Exception:  # pageable memory on old drivers raises: not page-locked
             return False
         kind = getattr(attrs, "type", getattr(attrs, "memoryType", None))
-        return kind == getattr(runtime, "memoryTypeHost", 1)
+        return kind == getattr(cuda_rt, "memoryTypeHost", 1)
 
 
 def _same_memory(arr: np.ndarray, host: np.ndarray) -> bool:

@@ -217,13 +217,13 @@ def test_cadence_is_counted_per_track(models: dict[str, Path]) -> None:
 def test_the_last_result_is_rewarped_to_the_current_face(models: dict[str, Path]) -> None:
     e = enhancer(models["identity"], every=2)
     first = e.forward(uniform_frame((200, 200, 200)), make_face((300.0, 220.0), track_id=3))
-    # Next frame: a different picture and the face moved by (30, 20). No model call: the
-    # cached crop (grey 200) is pasted at the new position.
-    moved = make_face((330.0, 240.0), track_id=3)
+    # Next frame: a different picture and the face moved by (32, 20) (paste regions start on
+    # 32-column boundaries). No model call: the cached crop (grey 200) is pasted at the new position.
+    moved = make_face((332.0, 240.0), track_id=3)
     second = e.forward(uniform_frame((60, 60, 60)), moved)
     assert first is not None and second is not None and e.calls == 1
-    assert second.region == (first.region[0] + 30, first.region[1] + 20,
-                             first.region[2] + 30, first.region[3] + 20)
+    assert second.region == (first.region[0] + 32, first.region[1] + 20,
+                             first.region[2] + 32, first.region[3] + 20)
     np.testing.assert_array_equal(second.valid, first.valid)
     cx, cy = np.round(kps5_from_landmarks68(moved.landmarks)[2]).astype(int)
     assert second.patch[cy - second.region[1], cx - second.region[0]].tolist() == [200, 200, 200]
