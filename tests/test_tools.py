@@ -24,7 +24,8 @@ def test_bench_prints_both_modes_and_the_ratio(tmp_path: Path) -> None:
 def test_bench_live_prints_latency_and_the_target(tmp_path: Path) -> None:
     out = tmp_path / "live.json"
     res = subprocess.run([sys.executable, "tools/bench_live.py", "--faces", "1", "--seconds", "1",
-                          "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          "--sync-seconds", "3.5", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
     assert res.returncode == 0, res.stderr
     assert "one face via vcam: in" in res.stdout and "latency p50" in res.stdout and "target p95" in res.stdout
     assert "one face via webrtc: in" in res.stdout and "round trip p50" in res.stdout
@@ -36,3 +37,5 @@ def test_bench_live_prints_latency_and_the_target(tmp_path: Path) -> None:
     web = reports["one face via webrtc"]
     assert web["webrtc"]["sent"] == 30 and web["frames_in"] >= 20 and web["faces_swapped"] > 0
     assert web["webrtc"]["received"] > 0 and web["webrtc"]["round_trip_ms"]["p95"] > 0
+    # Beside it, the path's A/V offset: flashes and beeps read back by the client.
+    assert "A/V offset (beep - flash" in res.stdout and web["webrtc"]["av_offset"]["flashes"] >= 1

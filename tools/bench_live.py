@@ -14,6 +14,11 @@ Prints, per clip and path: fps in and out, drops, capture-to-sink latency p50/p9
 WebRTC: from the frame's arrival at the server to its hand-over to the sending track), the
 per-frame processing time (the mean time of analyse + swap + composite + sink for one
 frame), and the target: p95 latency <= processing + two frame intervals (no standing queue).
+Beside each WebRTC path, its A/V offset: the same server, the same path, a camera and a
+microphone playing the flash-and-beep clip (320x240: an aiortc client here cannot encode
+1280x720 in real time beside the server, and a client whose pictures fall behind its own
+sound measures itself) for `--sync-seconds`; the median beep onset minus flash as the
+client (and the WHEP viewer) receive them, timed by packet arrival (tools/webrtc_sync).
 
     python tools/bench_live.py                  # one face and six faces, 10 s each, both paths
     python tools/bench_live.py --faces 1 --seconds 20 --via webrtc --config quality
@@ -45,6 +50,7 @@ from stream.server.client import PacedTrack  # noqa: E402
 from stream.sinks.fanout import FanoutSink  # noqa: E402
 from stream.sinks.vcam import VirtualCameraSink  # noqa: E402
 from stream.sources.open import open_source  # noqa: E402
+from tools.webrtc_sync import flash_beep_tracks, read_webrtc_sync  # noqa: E402
 
 
 class DiscardingCamera:
@@ -215,6 +221,64 @@ def run_whip(job: SwapJob, clip: str) -> dict:
     return asyncio.run(main())
 
 
+def run_sync(job: SwapJob, via: str, seconds: float) -> dict:
+    """The flash-and-beep clip through `via` ("webrtc": the page's JSON offer; "whip": a WHIP
+    publisher taking its video and sound back, and a WHEP viewer asking for sound): the
+    A/V offset each receiving client measures."""
+    import aioice.ice
+
+    from stream.server.app import FaceServer, start_server
+    from stream.server.client import open_session
+    from stream.server.whip_client import whep_view, whip_publish
+
+    aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
+
+    async def read(call) -> dict | None:
+        video = await asyncio.wait_for(call.remote, 30)
+        audio = await asyncio.wait_for(call.remote_audio, 30)
+        return _offset((await read_webrtc_sync(call.pc, video, audio, seconds)).offsets(skip_s=1.0))
+
+    async def main() -> dict:
+        server = FaceServer(job)
+        server.add_job_faces()
+        runner, url = await start_server(server, "127.0.0.1", 0)
+        camera, microphone = flash_beep_tracks()
+        calls = []
+        try:
+            if via == "whip":
+                publisher = await whip_publish(f"{url}whip", camera, audio=microphone)
+                sid = publisher.location.rstrip("/").split("/")[-2]
+                calls = [publisher, await whep_view(f"{url}whep/{sid}", audio=True)]
+                back, viewer = await asyncio.gather(*(read(c) for c in calls))
+                return {"av_offset": back, "viewer_av_offset": viewer}
+            call = await open_session(url, camera, audio=microphone)
+            calls = [call]
+            return {"av_offset": await read(call)}
+        finally:
+            for call in reversed(calls):
+                await call.pc.close()
+            await server.close()
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+def _offset(offsets: list[float]) -> dict | None:
+    """Beep minus flash (ms) over the flashes read: median and extremes."""
+    if not offsets:
+        return None
+    ms = np.asarray(offsets) * 1000
+    return {"median_ms": round(float(np.median(ms)), 1), "min_ms": round(float(ms.min()), 1),
+            "max_ms": round(float(ms.max()), 1), "flashes": int(ms.size)}
+
+
+def _sync(offset: dict | None) -> str:
+    if offset is None:
+        return "; A/V offset: not measured"
+    return (f"; A/V offset (beep - flash, flash-and-beep clip) median {offset['median_ms']:+.0f} ms "
+            f"[{offset['min_ms']:+.0f}, {offset['max_ms']:+.0f}] over {offset['flashes']} flashes")
+
+
 def _percentiles(seconds: list[float]) -> dict | None:
     if not seconds:
         return None
@@ -232,6 +296,8 @@ def main() -> int:
     ap.add_argument("--config", default="fast", help="preset (default: fast)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                     help="override a config field, e.g. --set detect.background=false (repeatable)")
+    ap.add_argument("--sync-seconds", type=float, default=6.0,
+                    help="how long each WebRTC path's A/V offset is read (0: not measured; default 6)")
     ap.add_argument("--json", metavar="PATH", help="also write the reports as JSON")
     args = ap.parse_args()
     pyvirtualcam.register_backend("bench-discard", DiscardingCamera)
@@ -251,6 +317,11 @@ def main() -> int:
             for via in paths:
                 rep = run(job, clip) if via == "vcam" else run_whip(job, clip) if via == "whip" \
                     else run_webrtc(job, clip)
+                if via != "vcam" and args.sync_seconds > 0:
+                    sync = run_sync(job, via, args.sync_seconds)
+                    rep["webrtc"]["av_offset"] = sync["av_offset"]
+                    if "whip" in rep:
+                        rep["whip"]["viewer_av_offset"] = sync.get("viewer_av_offset")
                 results[name if via == "vcam" else f"{name} via {via}"] = rep
                 report(f"{name} via {via}", rep)
     if args.json:
@@ -273,13 +344,15 @@ def report(name: str, rep: dict) -> None:
     if web:
         trip = web["round_trip_ms"]
         line += (f"\n{'':>16}  {web['codec']}: client sent {web['sent']}, got {web['received']} back; "
-                 + (f"round trip p50 {trip['p50']:.0f} ms p95 {trip['p95']:.0f} ms" if trip else "no round trip"))
+                 + (f"round trip p50 {trip['p50']:.0f} ms p95 {trip['p95']:.0f} ms" if trip else "no round trip")
+                 + (_sync(web["av_offset"]) if "av_offset" in web else ""))
     whip = rep.get("whip")
     if whip:
         trip = whip["viewer_round_trip_ms"]
         line += (f"\n{'':>16}  first frame back {whip['first_frame_s']:.2f} s after the WHIP POST; WHEP viewer: "
                  f"first frame {whip['viewer_first_frame_s']:.2f} s after its POST, got {whip['viewer_received']}, "
-                 + (f"publisher-to-viewer p50 {trip['p50']:.0f} ms p95 {trip['p95']:.0f} ms" if trip else "no trip"))
+                 + (f"publisher-to-viewer p50 {trip['p50']:.0f} ms p95 {trip['p95']:.0f} ms" if trip else "no trip")
+                 + (_sync(whip["viewer_av_offset"]) if "viewer_av_offset" in whip else ""))
     print(line, flush=True)
 
 

@@ -27,6 +27,10 @@ from stream.media.audio_delay import AudioBus, AudioDelay
 RATE = 48000
 TICK_S = 0.005  # how often a waiting recv() looks for sound that has come due
 GAP_S = 0.02  # sound this close to where the last ended continues it
+# Opus (what aiortc and browsers negotiate first) delays what it encodes by its look-ahead,
+# 312 samples at 48 kHz (RFC 6716's pre-skip, libopus's OPUS_GET_LOOKAHEAD): the sound is
+# handed to the encoder that much early, so it comes out of the decoder with its picture.
+ENCODER_AHEAD_S = 312 / RATE
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,8 @@ class SoundFeed:
 
 class DelayedSoundTrack(MediaStreamTrack):
     """The audio track sent to a peer (or a viewer): frames of 48 kHz stereo s16 from
-    `delay`, each released at its capture time + `latency()` seconds."""
+    `delay`, each released at its capture time + `latency()` seconds (less the encoder's
+    look-ahead)."""
 
     kind = "audio"
 
@@ -64,7 +69,8 @@ class DelayedSoundTrack(MediaStreamTrack):
             if self.readyState != "live":
                 raise MediaStreamError
             if not self._due:
-                self._due.extend(self.delay.release_due(time.monotonic(), self.latency()))
+                held = max(0.0, self.latency() - ENCODER_AHEAD_S)
+                self._due.extend(self.delay.release_due(time.monotonic(), held))
             if self._due:
                 when, samples = self._due.popleft()
                 self.frames_sent += 1
