@@ -115,12 +115,12 @@ class SyncTimer:
     def reading(self) -> SyncReading:
         return self.detector.reading
 
-    def video(self, frame: av.VideoFrame) -> None:
+    def video(self, frame: Any) -> None:
         when = self.video_arrivals.arrival(frame)
         if when is not None:  # None: arrived before the timer was installed
             self.detector.video(when, frame.to_ndarray(format="gray"))
 
-    def audio(self, frame: av.AudioFrame) -> None:
+    def audio(self, frame: Any) -> None:
         when = self.audio_arrivals.arrival(frame)
         if when is not None:
             samples = frame.to_ndarray()
@@ -138,7 +138,10 @@ async def read_webrtc_sync(pc: Any, video: MediaStreamTrack, audio: MediaStreamT
     async def read(kind: str, track: MediaStreamTrack) -> None:
         while True:
             frame = await track.recv()
-            timer.video(frame) if kind == "video" else timer.audio(frame)
+            if kind == "video":
+                timer.video(frame)
+            else:
+                timer.audio(frame)
 
     tasks = [asyncio.ensure_future(read(kind, track)) for kind, track in (("video", video), ("audio", audio))]
     try:

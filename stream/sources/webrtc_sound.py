@@ -97,7 +97,7 @@ class SoundReader:
         except MediaStreamError:  # the peer's track ended
             pass
 
-    def _stereo(self, frame: av.AudioFrame) -> list[np.ndarray]:
+    def _stereo(self, frame: Any) -> list[np.ndarray]:
         """48 kHz stereo s16, interleaved (1, 2n): what aiortc's Opus decoder gives already."""
         if frame.format.name == "s16" and frame.layout.name == "stereo" and frame.sample_rate == RATE:
             return [frame.to_ndarray()]
