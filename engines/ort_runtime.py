@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from engines.errors import EngineError, ModelNotFound
-from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec
+from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec, open_expecting
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +151,7 @@ class OrtRuntime:
     def open_expecting(self, what: str) -> None:
         """`open()`, with a load failure saying which kind of model file was expected
         (a missing file stays ModelNotFound)."""
-        try:
-            self.open()
-        except ModelNotFound:
-            raise
-        except EngineError as exc:
-            raise EngineError(f"{exc}; expected {what}") from exc
+        open_expecting(self, what)
 
     def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
         """Named inputs in, named outputs out (all outputs unless `outputs` names some)."""

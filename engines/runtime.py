@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engines.errors import EngineError, ModelNotFound
 from engines.triton_servers import normalize_url, split_urls
 
 
@@ -53,6 +54,18 @@ class HostBuffers:
 
     def clear(self) -> None:
         self._buffers.clear()
+
+
+def open_expecting(runtime: Any, what: str, kept: tuple[type[BaseException], ...] = ()) -> None:
+    """`runtime.open()`, with a load failure saying which kind of model file was expected
+    (`what`); a missing file (ModelNotFound) and the errors in `kept` (what the machine
+    lacks, not the file's fault) pass unchanged. Each runtime's `open_expecting`."""
+    try:
+        runtime.open()
+    except (ModelNotFound, *kept):
+        raise
+    except EngineError as exc:
+        raise EngineError(f"{exc}; expected {what}") from exc
 
 
 def parse_size(text: str) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 
 from engines.catalog import CATALOG
 from engines.errors import EngineError, ModelNotFound
-from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec
+from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec, open_expecting
 from engines.triton_servers import Server, TritonServers, is_going, is_gone, reason, status_of
 
 log = logging.getLogger(__name__)
@@ -223,12 +223,7 @@ class TritonRuntime:
     def open_expecting(self, what: str) -> None:
         """`open()`, with a load failure saying which kind of model file was expected
         (a missing file stays ModelNotFound)."""
-        try:
-            self.open()
-        except ModelNotFound:
-            raise
-        except EngineError as exc:
-            raise EngineError(f"{exc}; expected {what}") from exc
+        open_expecting(self, what)
 
     def close(self) -> None:
         """Forget the model; close our servers' connections (a factory's are closed by it)."""

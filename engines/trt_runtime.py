@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from engines.errors import EngineError, ModelNotFound
-from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec
+from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec, open_expecting
 from engines.trt_build import OnnxIO, build_engine, fp16_onnx, make_logger, plan_profile, read_onnx_io
 from engines.trt_cache import EngineCache, EngineKey, file_sha256, stat_id
 from engines.trt_env import GpuInfo, TrtUnavailable, check_supported, gpu_info, load_cupy, load_tensorrt
@@ -146,12 +146,7 @@ class TrtRuntime:
     def open_expecting(self, what: str) -> None:
         """`open()`, with a load failure saying which kind of model file was expected
         (a missing file stays ModelNotFound; what the machine lacks says only that)."""
-        try:
-            self.open()
-        except (ModelNotFound, TrtUnavailable):
-            raise
-        except EngineError as exc:
-            raise EngineError(f"{exc}; expected {what}") from exc
+        open_expecting(self, what, (TrtUnavailable,))
 
     def close(self) -> None:
         """Release the engine, its execution context and the device and host buffers."""
