@@ -15,7 +15,14 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engines.blend import blend_feather, blend_poisson, face_size, prepare_masks, transfer_color
+from engines.blend import (
+    FaceMasks,
+    blend_feather,
+    blend_poisson,
+    face_size,
+    prepare_masks,
+    transfer_color,
+)
 from engines.errors import EngineError
 from engines.face import BROWS, Face, ImageBGR, Landmarks68, SwapResult
 from engines.piecewise_affine import (
@@ -194,6 +201,41 @@ _FOREHEAD_START = 0.04  # brows-to-chin fractions above the brow before skin is 
 _FOREHEAD_STEP = 0.01
 
 
+def _skin_tolerance(std: np.ndarray) -> np.ndarray:
+    """How far (Y, Cr, Cb) a pixel may be from the cheeks' mean and still count as skin."""
+    return np.maximum(np.array([14.0, 6.0, 6.0]), 1.5 * np.asarray(std, np.float64).ravel())
+
+
+def keep_target_hair(roi: ImageBGR, landmarks: Points, masks: FaceMasks, radius: int) -> FaceMasks:
+    """The masks, narrowed above the brows to where the target shows skin (colour near its
+    cheeks'): a fringe or a hat over the target's forehead stays in front of the swap. Inside
+    the 68 points' hull nothing changes. `radius` softens the cut's edge."""
+    h, w = roi.shape[:2]
+    cheeks = np.zeros((h, w), np.uint8)
+    cv2.fillConvexPoly(cheeks, np.round(landmarks[_CHEEKS]).astype(np.int32), 255)
+    if cv2.countNonZero(cheeks) < 16:
+        return masks
+    ycc = cv2.cvtColor(roi, cv2.COLOR_BGR2YCrCb)
+    mean, std = cv2.meanStdDev(ycc, mask=cheeks)
+    tol = _skin_tolerance(std)
+    lo, hi = mean.ravel() - tol, mean.ravel() + tol
+    keep = cv2.inRange(ycc, tuple(float(v) for v in lo), tuple(float(v) for v in hi))
+    inner = np.zeros((h, w), np.uint8)
+    cv2.fillConvexPoly(inner, cv2.convexHull(np.round(landmarks[:68]).astype(np.int32)), 255)
+    cv2.max(keep, inner, dst=keep)
+    k = 2 * max(radius, 1) + 1
+    keep = cv2.morphologyEx(keep, cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
+    soft = cv2.GaussianBlur(keep, (k, k), 0)
+    # Past the brows the swap fades out over the forehead band's height: the source's forehead
+    # meets the target's hairline or light as a gradient, never as a strip with an edge.
+    band = max(float(np.linalg.norm(landmarks[68:].mean(axis=0) - landmarks[BROWS].mean(axis=0))), 1.0)
+    outside = cv2.distanceTransform(cv2.bitwise_not(inner), cv2.DIST_L2, 3)
+    fade = cv2.convertScaleAbs(outside, alpha=-255.0 / band, beta=255.0)
+    cv2.min(soft, fade, dst=soft)
+    cv2.max(soft, inner, dst=soft)
+    return FaceMasks(alpha=cv2.min(masks.alpha, soft), core=cv2.min(masks.core, keep))
+
+
 def measure_forehead(image: ImageBGR, landmarks: Landmarks68, reach: float) -> npt.NDArray[np.float32]:
     """How far up from each brow point the source photo shows bare skin, up to `reach`.
 
@@ -209,7 +251,7 @@ def measure_forehead(image: ImageBGR, landmarks: Landmarks68, reach: float) -> n
     if cv2.countNonZero(cheeks) < 16:
         return np.full(10, reach, np.float32)
     mean, std = cv2.meanStdDev(ycc, mask=cheeks)
-    tol = np.maximum(np.array([14.0, 6.0, 6.0]), 1.5 * std.ravel())
+    tol = _skin_tolerance(std)
     brows = landmarks[BROWS]
     up = brows.mean(axis=0) - landmarks[8]
     steps = np.arange(_FOREHEAD_START, reach + 1e-6, _FOREHEAD_STEP, dtype=np.float32)
@@ -376,6 +418,8 @@ class ClassicalSwapper:
         lm = extend_forehead(np.asarray(face.landmarks, np.float32), 1.5 * cfg.forehead) \
             - np.array([x0, y0], np.float32)
         masks = prepare_masks(lm, result.valid, cfg.feather, cfg.keep_mouth, cfg.mouth_open)
+        if len(lm) > 68:
+            masks = keep_target_hair(roi, lm, masks, int(round(cfg.feather * face_size(lm[:68]) / 2)))
         patch = transfer_color(result.patch, roi, masks.core) if cfg.color_transfer \
             else result.patch
         if cfg.blend == "poisson":
