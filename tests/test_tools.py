@@ -31,8 +31,10 @@ def test_bench_live_prints_latency_and_the_target(tmp_path: Path) -> None:
     assert "one face via webrtc: in" in res.stdout and "round trip p50" in res.stdout
     reports = json.loads(out.read_text())
     rep = reports["one face"]
-    assert rep["frames_in"] == 30
-    assert rep["frames"] + rep["drops"] >= 29 and rep["faces_swapped"] > 0
+    # A real-time source skips what a loaded machine reads late: most of the 30 frames come in,
+    # and every frame that came in was either delivered or counted as dropped.
+    assert 20 <= rep["frames_in"] <= 30
+    assert rep["frames"] + rep["drops"] >= rep["frames_in"] - 1 and rep["faces_swapped"] > 0
     # Through WebRTC: the client's numbered frames reached the server and came back swapped.
     web = reports["one face via webrtc"]
     assert web["webrtc"]["sent"] == 30 and web["frames_in"] >= 20 and web["faces_swapped"] > 0
