@@ -1,7 +1,8 @@
 """Chromium publishing to `facestream serve` through WHIP from a small page of another
 origin (so CORS and the bearer token are exercised as a browser does them): its fake
-camera goes out, the swapped video comes back on the same connection, an aiortc WHEP
-viewer watches the same session, and the page's DELETE ends it."""
+camera and fake microphone (Chromium's periodic beep) go out, the swapped video and the
+sound come back on the same connection, an aiortc WHEP viewer watches and hears the same
+session, and the page's DELETE ends it."""
 from __future__ import annotations
 
 import asyncio
@@ -29,15 +30,19 @@ CHROMIUM = "/usr/bin/chromium"
 TOKEN = "browser-token-123"
 
 PUBLISHER = """<!doctype html><meta charset="utf-8"><title>WHIP test publisher</title>
-<video id="remote" autoplay muted playsinline></video><pre id="log"></pre>
+<video id="remote" autoplay muted playsinline></video><audio id="sound" autoplay></audio><pre id="log"></pre>
 <script>
 const say = (line) => { document.getElementById("log").textContent += line + "\\n"; };
 window.publish = async (endpoint, token) => {
-  const camera = await navigator.mediaDevices.getUserMedia({ video: { width: 640, height: 480 } });
+  const camera = await navigator.mediaDevices.getUserMedia({ video: { width: 640, height: 480 }, audio: true });
   const pc = new RTCPeerConnection();
   window.pc = pc;
   pc.addTransceiver(camera.getVideoTracks()[0], { direction: "sendrecv" });
-  pc.ontrack = (e) => { document.getElementById("remote").srcObject = new MediaStream([e.track]); };
+  pc.addTransceiver(camera.getAudioTracks()[0], { direction: "sendrecv" });
+  pc.ontrack = (e) => {  // played by an element: Chromium decodes remote sound for playout
+    if (e.track.kind === "audio") window.sound = e.track;
+    document.getElementById(e.track.kind === "audio" ? "sound" : "remote").srcObject = new MediaStream([e.track]);
+  };
   await pc.setLocalDescription(await pc.createOffer());
   await new Promise((done) => {  // no trickle: the offer goes once its candidates are in
     if (pc.iceGatheringState === "complete") return done();
@@ -65,6 +70,16 @@ GRAB = """() => {
   c.width = v.videoWidth; c.height = v.videoHeight;
   c.getContext('2d').drawImage(v, 0, 0);
   return c.toDataURL('image/png');
+}"""
+
+
+HEARD = """async () => {
+  let heard = null;
+  (await window.pc.getStats()).forEach((r) => {
+    if (r.type === "inbound-rtp" && r.kind === "audio")
+      heard = { packets: r.packetsReceived, energy: r.totalAudioEnergy || 0, samples: r.totalSamplesReceived || 0 };
+  });
+  return { live: window.sound ? window.sound.readyState : null, ...heard };
 }"""
 
 
@@ -152,8 +167,8 @@ def _decode(data_url: str) -> np.ndarray:
     return np.asarray(picture)
 
 
-def test_chromium_publishes_through_whip_from_another_origin(loopback_ice: None, fake_camera: Path,
-                                                            source_photo: Path) -> None:
+def test_chromium_publishes_camera_and_microphone_through_whip_from_another_origin(
+        loopback_ice: None, fake_camera: Path, source_photo: Path) -> None:
     _require_browser()
     from playwright.sync_api import sync_playwright
 
@@ -162,7 +177,7 @@ def test_chromium_publishes_through_whip_from_another_origin(loopback_ice: None,
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
             f"--use-file-for-fake-video-capture={fake_camera}", "--allow-loopback-in-peer-connection",
-            "--disable-features=WebRtcHideLocalIpsWithMdns"])
+            "--disable-features=WebRtcHideLocalIpsWithMdns", "--autoplay-policy=no-user-gesture-required"])
         try:
             page = browser.new_page()
             errors: list[str] = []
@@ -176,21 +191,27 @@ def test_chromium_publishes_through_whip_from_another_origin(loopback_ice: None,
             sid = resource.rstrip("/").split("/")[-2]
             session = srv.server.sessions[sid]
 
-            async def watch() -> np.ndarray:
-                viewer = await whep_view(f"{srv.url}whep/{sid}", token=TOKEN)
+            async def watch() -> tuple[np.ndarray, list[np.ndarray]]:
+                viewer = await whep_view(f"{srv.url}whep/{sid}", token=TOKEN, audio=True)
                 track = await asyncio.wait_for(viewer.remote, 30)
+                assert viewer.remote_audio is not None
+                sound = await asyncio.wait_for(viewer.remote_audio, 30)
                 frames = [await asyncio.wait_for(track.recv(), 30) for _ in range(15)]
+                # 2.5 s of sound (20 ms pieces): Chromium's fake microphone beeps once a second
+                heard = [(await asyncio.wait_for(sound.recv(), 30)).to_ndarray() for _ in range(125)]
                 await viewer.close()
                 last = frames[-1]
                 assert isinstance(last, av.VideoFrame)
-                return last.to_ndarray(format="bgr24")
+                return last.to_ndarray(format="bgr24"), heard
 
-            watched = srv.run(watch())
+            watched, viewer_heard = srv.run(watch())
             page.wait_for_timeout(1500)  # a few frames swapped and back
             returned = []
             for _ in range(4):
                 returned.append(_decode(page.evaluate(GRAB)))
                 page.wait_for_timeout(250)
+            page_heard = page.evaluate(HEARD)
+            sound_state = session.state()["audio"]
             deleted = page.evaluate("(token) => window.unpublish(token)", TOKEN)
             gone = srv.run(_until_gone(srv.server, sid))
             assert not errors, errors
@@ -210,6 +231,14 @@ def test_chromium_publishes_through_whip_from_another_origin(loopback_ice: None,
     assert back and float(np.median(back)) < before - 0.03, (before, back)
     (viewed,) = identity.distance_to(watched, target)
     assert viewed < before - 0.03, (before, viewed)
+    # The microphone's sound went through the session (read, held, sent back) ...
+    assert sound_state is not None and sound_state["received"] > 100 and sound_state["sent"] > 100, sound_state
+    # ... and the page hears it: a live track whose decoded samples carry energy (the beeps).
+    assert page_heard["live"] == "live" and page_heard["packets"] > 100, page_heard
+    assert page_heard["samples"] > 0 and page_heard["energy"] > 0, page_heard
+    # The WHEP viewer hears it too: not only silence.
+    loudest = max(int(np.abs(piece.astype(np.int32)).max()) for piece in viewer_heard)
+    assert loudest > 1000, loudest
 
 
 async def _publisher_page(request: web.Request) -> web.Response:
