@@ -126,7 +126,7 @@ def cmd_live(args: argparse.Namespace) -> int:
             if whep is not None:
                 from stream.server.whep_output import WhepOutput
 
-                sinks: list[Any] = [WhepOutput(info.width, info.height, *whep, token=token)]
+                sinks: list[Any] = [WhepOutput(info.width, info.height, *whep, token=token, sound=sound)]
             else:
                 sinks = [open_sink(args.output, info, config, args.vcam_backend, args.vcam_device,
                                    audio_from=audio, sound=sound)]

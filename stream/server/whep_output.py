@@ -6,17 +6,23 @@ The pipeline's sink converts each finished frame once and hands it to a relay; e
 viewer's track keeps only the newest frame (see stream.sinks.relay), so a slow viewer
 skips frames and never slows the pipeline or the others. The server runs on its own
 event loop in a thread, opened with the sink and closed with it.
+
+With `sound` (an RTSP camera's sound on its AudioBus), a viewer that offers to receive
+audio gets it on its own track, each piece captured at t sent at t + L, L being the
+latency (capture to this sink) of the last frame written, as the other live outputs do.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from aiohttp import web
 
 from stream.errors import SinkError, StreamError
+from stream.media.audio_delay import AudioBus
 from stream.media.clock import VIDEO_TIME_BASE
 from stream.media.convert import YuvFramer
 from stream.runtime.slot import Slot
@@ -27,6 +33,7 @@ from stream.server.signalling import MAX_VIEWERS, media_middleware
 from stream.server.viewer import Viewer
 from stream.server.whep import WhepEndpoints
 from stream.sinks.relay import FrameRelay
+from stream.sinks.webrtc_sound import SoundFeed
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +60,8 @@ class WhepOutput:
 
     def __init__(self, width: int, height: int, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  token: str | None = None, codec: str = "vp8", max_viewers: int = MAX_VIEWERS,
-                 connect_timeout: float = CONNECT_TIMEOUT_S, say: Callable[[str], None] | None = None) -> None:
+                 connect_timeout: float = CONNECT_TIMEOUT_S, say: Callable[[str], None] | None = None,
+                 sound: AudioBus | None = None) -> None:
         self.host, self.port = host, port
         self.token = token
         self.codec = codec
@@ -65,6 +73,9 @@ class WhepOutput:
         self.framer = YuvFramer(width, height)
         self.viewers: dict[str, Viewer] = {}
         self.frames_written = 0
+        self.latency_s = 0.0  # of the last frame written: how long viewers' sound is held
+        if sound is not None:
+            self.relay.sound = SoundFeed(sound, lambda: self.latency_s)
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -143,6 +154,8 @@ class WhepOutput:
         frame = self.framer(slot.image)  # reused: the relay copies what it keeps
         frame.pts = slot.pts
         frame.time_base = slot.time_base or VIDEO_TIME_BASE
+        if slot.capture_time:
+            self.latency_s = max(0.0, time.monotonic() - slot.capture_time)
         self.relay.publish(frame)
         self.frames_written += 1
 
