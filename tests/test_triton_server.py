@@ -127,6 +127,15 @@ def test_restart_on_the_same_ports_and_no_process_left(server: TritonServer) -> 
     assert grpcclient.InferenceServerClient(grpc_url).is_model_ready("arcface_w600k_r50")
 
 
+def test_a_killed_server_leaves_no_shared_memory_behind(server: TritonServer) -> None:
+    regions = server._group_regions()
+    assert regions and all(Path("/dev/shm", name).exists() for name in regions)  # one per backend stub
+    server.kill()
+    assert [name for name in regions if Path("/dev/shm", name).exists()] == []
+    server.start()
+    assert server.model_ready("arcface_w600k_r50")
+
+
 def test_a_port_taken_before_the_server_binds_it_is_replaced(server: TritonServer) -> None:
     other = TritonServer(server.repo)
     taken = other.grpc_url
