@@ -20,13 +20,13 @@ from engines.ort_runtime import OrtRuntime
 from engines.region_warp import exact_scheme
 from stream.media.demo_clips import astronaut
 from tests.fixtures import make_arcface, make_inswapper
+from tools.neural_seams import ASTRONAUT_KPS, SHIFTS, seam_pixels
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # insightface 2.1 on skimage 0.26
 
 CPU = ["CPUExecutionProvider"]
-# The astronaut's five points (dlib's 68 reduced), and three more faces overlapping it.
-ASTRONAUT_KPS = np.float32([[219.3, 109.4], [265.4, 99.4], [247.7, 128.8], [227.4, 161.1], [270.9, 153.5]])
-SHIFTS = [(0, 0), (46, 28), (-38, 40), (20, -44)]
+# The astronaut's five points (dlib's 68 reduced), and three more faces overlapping it, as
+# tools/neural_seams.py measures them.
 
 
 def four_faces() -> list[np.ndarray]:
@@ -62,21 +62,6 @@ def _insightface_loop(models: Path, model: str, image: np.ndarray, kps: list[np.
     return res
 
 
-def restored_pixels(image: np.ndarray, results: list, jump: int = 8) -> int:
-    """Seam pixels: pixels that an earlier face's paste moved by at least `jump` grey levels
-    and that the later pastes set back to exactly the original."""
-    before = image.copy()
-    count = 0
-    for i, res in enumerate(results):
-        res.paste_into(before)
-        moved = np.abs(before.astype(np.int16) - image).max(axis=2) >= jump
-        after = before.copy()
-        for later in results[i + 1:]:
-            later.paste_into(after)
-        count += int(np.sum(moved & np.all(after == image, axis=2)))
-    return count
-
-
 @pytest.mark.parametrize("model, runs", [("inswapper_dyn.onnx", 1), ("inswapper.onnx", 4)])
 def test_overlapping_faces_composite_in_order(models: Path, model: str, runs: int) -> None:
     image = astronaut()
@@ -99,9 +84,9 @@ def test_overlapping_faces_composite_in_order(models: Path, model: str, runs: in
         apart.append(old)
     # The later faces' swaps still come from crops of the unmodified frame, so a pixel may
     # land on its old value by chance; the seams themselves are gone.
-    seams_before = restored_pixels(image, apart)
+    seams_before = seam_pixels(image, apart)
     assert seams_before > 100
-    assert restored_pixels(image, results) <= seams_before // 20
+    assert seam_pixels(image, results) <= seams_before // 20
 
 
 @pytest.mark.parametrize("model, runs", [("inswapper_dyn.onnx", 1), ("inswapper.onnx", 4)])
@@ -119,7 +104,7 @@ def test_recrop_after_paste_equals_insightfaces_loop(models: Path, model: str, r
     frame = image.copy()
     for r in results:
         r.paste_into(frame)
-    assert restored_pixels(image, results) == 0
+    assert seam_pixels(image, results) == 0
     reference = _insightface_loop(models, model, image, kps)
     if exact_scheme() is not None:
         np.testing.assert_array_equal(frame, reference)
