@@ -1,6 +1,7 @@
 """Closing media on a path that is already failing or giving up."""
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -15,3 +16,15 @@ def close_quietly(part: Any) -> None:
         part.close()
     except Exception as exc:  # noqa: BLE001 - the first error is the one reported
         log.debug("closing %r: %s", part, exc)
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a reader task that is being stopped and wait until it has ended; whatever it
+    ends with is dropped (it is being stopped anyway)."""
+    if task is None or task.done():
+        return
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):  # noqa: BLE001 - ending anyway
+        pass

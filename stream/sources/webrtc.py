@@ -25,6 +25,7 @@ from aiortc.mediastreams import MediaStreamError
 
 from stream.errors import SourceError
 from stream.media.clock import VIDEO_TIME_BASE, CaptureClock
+from stream.media.close import cancel_and_wait
 from stream.media.convert import convert_into
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
@@ -179,10 +180,5 @@ class TrackReader:
                 await pli(ssrc.source)
 
     async def stop(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-            try:
-                await self.task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - ending anyway
-                pass
+        await cancel_and_wait(self.task)
         self.source.end()

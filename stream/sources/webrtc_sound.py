@@ -29,6 +29,7 @@ from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
 
 from stream.media.audio_delay import AudioBus, AudioFormat
+from stream.media.close import cancel_and_wait
 from stream.sources.rtp_arrivals import RtpArrivals
 
 log = logging.getLogger(__name__)
@@ -106,9 +107,4 @@ class SoundReader:
         return [f.to_ndarray() for f in self._resampler.resample(frame)]
 
     async def stop(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-            try:
-                await self.task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - ending anyway
-                pass
+        await cancel_and_wait(self.task)
