@@ -21,6 +21,7 @@ import pytest
 from stream.cli.main import main
 from tests.fixtures import FlashBeepPublisher, SyncDetector, read_rtsp_sync
 from tests.fixtures.rtsp import Relay, free_port, require_relay
+from tests.fixtures.serving import live_whep_process
 
 FRAME_S = 1 / 30
 BOUND_S = FRAME_S + 0.017
@@ -90,9 +91,6 @@ def test_rtsp_sound_reaches_live_whep_viewers_in_sync(relay: Relay, source_photo
     less moved nothing), so the gap is on its way in and out, not the delay line. Until
     that is found the bound is three frame intervals: the sound comes, with its flashes."""
     import asyncio
-    import re
-    import subprocess
-    import sys
 
     import aioice.ice
 
@@ -102,35 +100,22 @@ def test_rtsp_sound_reaches_live_whep_viewers_in_sync(relay: Relay, source_photo
     monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])
     publisher = FlashBeepPublisher(relay.url("cam/push"))
     publisher.start()
-    proc = subprocess.Popen([sys.executable, "-m", "stream.cli", "live", "--source", str(source_photo),
-                             "--input", relay.url("cam"), "--output", "whep:0", "--duration", "14", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stderr is not None
-        line = ""
-        for line in proc.stderr:
-            if line.startswith("live:"):
-                break
-        found = re.search(r"WHEP (http://\S+/)whep", line)
-        assert found, line
+        with live_whep_process(source_photo, relay.url("cam"), "--duration", "14", "--quiet") as (proc, url):
+            async def watch() -> object:
+                viewer = await whep_view(f"{url}whep", audio=True)
+                try:
+                    video = await asyncio.wait_for(viewer.remote, 30)
+                    assert viewer.remote_audio is not None
+                    audio = await asyncio.wait_for(viewer.remote_audio, 30)
+                    return await read_webrtc_sync(viewer.pc, video, audio, 7.0)
+                finally:
+                    await viewer.close()
 
-        async def watch() -> object:
-            viewer = await whep_view(f"{found.group(1)}whep", audio=True)
-            try:
-                video = await asyncio.wait_for(viewer.remote, 30)
-                assert viewer.remote_audio is not None
-                audio = await asyncio.wait_for(viewer.remote_audio, 30)
-                return await read_webrtc_sync(viewer.pc, video, audio, 7.0)
-            finally:
-                await viewer.close()
-
-        reading = asyncio.run(watch())
-        out, err = proc.communicate(timeout=60)
+            reading = asyncio.run(watch())
+            out, err = proc.communicate(timeout=60)
     finally:
         publisher.stop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, err
     offsets = reading.offsets(skip_s=1.0)  # type: ignore[attr-defined]
     assert len(offsets) >= 4, f"WHEP viewer: flashes {reading.flashes}, beeps {reading.beeps}"  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ from stream.server.whip_client import SignallingError, whep_view, whip_publish
 from stream.sinks.relay import FrameRelay
 from tests.fixtures import Identity
 from tests.fixtures.clips import window_frame
-from tests.fixtures.serving import serve, serve_process, shared_serve_job
+from tests.fixtures.serving import live_whep_process, serve, serve_process, shared_serve_job
 
 SDP = {"Content-Type": "application/sdp"}
 
@@ -434,27 +434,12 @@ def test_a_bad_token_is_a_one_line_error(args: list[str], message: str, capsys: 
 
 def test_live_output_whep_serves_the_run_to_viewers(source_photo: Path, tmp_path: Path,
                                                      source_identity: tuple[Identity, np.ndarray]) -> None:
-    import re
-    import subprocess
-    import sys
 
     from stream.media.demo_clips import make_single_face_clip
 
     clip_path = tmp_path / "camera.mp4"
     make_single_face_clip(clip_path, seconds=12.0, fps=30, size=(640, 360))
-    proc = subprocess.Popen([sys.executable, "-m", "stream.cli", "live", "--source", str(source_photo),
-                             "--input", str(clip_path), "--output", "whep:0", "--token", "live-token", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stderr is not None
-        line = ""
-        for line in proc.stderr:
-            if line.startswith("live:"):
-                break
-        found = re.search(r"WHEP (http://\S+/)whep", line)
-        assert found, line
-        url = found.group(1)
-
+    with live_whep_process(source_photo, str(clip_path), "--token", "live-token", "--quiet") as (proc, url):
         async def watch() -> dict[str, Any]:
             got: dict[str, Any] = {}
             with pytest.raises(SignallingError) as refused:
@@ -476,10 +461,6 @@ def test_live_output_whep_serves_the_run_to_viewers(source_photo: Path, tmp_path
 
         got = asyncio.run(watch())
         out, err = proc.communicate(timeout=60)  # the clip ends: the run ends, the server with it
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, err
     assert got["without_token"] == 401 and got["other"] == 404 and got["delete"] == 200 and got["second_more"] == 10
     identity, target = source_identity
