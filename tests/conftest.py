@@ -35,3 +35,11 @@ def source_photo(media_dir: Path) -> Path:
     path = media_dir / "astronaut.png"
     cv2.imwrite(str(path), astronaut())
     return path
+
+
+@pytest.fixture()
+def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WebRTC (ICE) candidates on 127.0.0.1 only: a sandbox may have no other interface."""
+    import aioice.ice
+
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])

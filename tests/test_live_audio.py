@@ -80,8 +80,7 @@ def test_rtsp_sound_reaches_rtsp_out_and_the_recording_in_sync(relay: Relay, sou
     assert abs(statistics.median(recorded)) <= BOUND_S, f"recording: beep - flash offsets {recorded}"
 
 
-def test_rtsp_sound_reaches_live_whep_viewers_in_sync(relay: Relay, source_photo: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rtsp_sound_reaches_live_whep_viewers_in_sync(relay: Relay, source_photo: Path, loopback_ice: None) -> None:
     """`live --output whep`: an aiortc WHEP viewer offering to receive sound hears the RTSP
     camera's beeps with their flashes, timed as tools/webrtc_sync does (each frame by its
     first RTP packet's arrival, so the receiver's own unequal holds do not count).
@@ -92,12 +91,9 @@ def test_rtsp_sound_reaches_live_whep_viewers_in_sync(relay: Relay, source_photo
     that is found the bound is three frame intervals: the sound comes, with its flashes."""
     import asyncio
 
-    import aioice.ice
-
     from stream.server.whip_client import whep_view
     from tools.webrtc_sync import read_webrtc_sync
 
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])
     publisher = FlashBeepPublisher(relay.url("cam/push"))
     publisher.start()
     try:

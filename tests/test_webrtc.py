@@ -30,14 +30,7 @@ from stream.sources.webrtc import WebRtcSource
 from tests.fixtures import Identity
 from tests.fixtures.serving import serve, serve_process, shared_serve_job
 
-
-@pytest.fixture(autouse=True)
-def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Candidates on 127.0.0.1 only (a sandbox may have no other interface), as aiortc's
-    own tests do."""
-    import aioice.ice
-
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])
+pytestmark = pytest.mark.usefixtures("loopback_ice")  # every test here talks WebRTC on loopback
 
 
 @pytest.fixture(scope="module")

@@ -39,12 +39,7 @@ BOUND_S = FRAME_S + 0.017
 READ_S = 6.0
 
 
-@pytest.fixture(autouse=True)
-def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Candidates on 127.0.0.1 only (a sandbox may have no other interface)."""
-    import aioice.ice
-
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])
+pytestmark = pytest.mark.usefixtures("loopback_ice")  # every test here talks WebRTC on loopback
 
 
 @pytest.fixture(scope="module")

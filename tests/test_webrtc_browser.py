@@ -79,12 +79,6 @@ class ServerThread:
         self._thread.join(30)
 
 
-@pytest.fixture()
-def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
-    import aioice.ice
-
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])
-
 
 @pytest.fixture(scope="module")
 def shared_job(source_photo: Path) -> SwapJob:

@@ -145,12 +145,6 @@ class Servers:
         self._thread.join(30)
 
 
-@pytest.fixture()
-def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
-    import aioice.ice
-
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.1"])
-
 
 @pytest.fixture(scope="module")
 def fake_camera(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
