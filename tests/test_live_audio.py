@@ -116,3 +116,86 @@ def test_rtsp_sound_reaches_live_whep_viewers_in_sync(relay: Relay, source_photo
     offsets = reading.offsets(skip_s=1.0)  # type: ignore[attr-defined]
     assert len(offsets) >= 4, f"WHEP viewer: flashes {reading.flashes}, beeps {reading.beeps}"  # type: ignore[attr-defined]
     assert abs(statistics.median(offsets)) <= 3 * FRAME_S, f"WHEP viewer: beep - flash offsets {offsets}"
+
+
+class LateSoundCamera(threading.Thread):
+    """The flash-and-beep clip as a live source hands it to a sink: a picture written as it
+    is captured (30 fps), and its sound in 10 ms pieces stamped with their capture times but
+    put on the bus `late_s` after each piece ended, as a camera that sends its sound only
+    after recording it (and often after its pictures) delivers it."""
+
+    def __init__(self, sink: object, bus: object, late_s: float, seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.sink, self.bus, self.late_s, self.seconds = sink, bus, late_s, seconds
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        import time
+
+        import numpy as np
+
+        from stream.runtime.slot import Slot
+        from tools.av_sync import RATE, beep_samples, flash_frame
+
+        piece = RATE // 100
+        slot = Slot(0, {"image": flash_frame(0)})
+        start = time.monotonic() + 0.05
+        n = k = 0
+        while not self.stop_event.is_set() and n < self.seconds * 30:
+            frame_at, piece_due = start + n / 30, start + (k + 1) * piece / RATE + self.late_s
+            now = time.monotonic()
+            if frame_at <= piece_due:
+                if frame_at > now:
+                    self.stop_event.wait(frame_at - now)
+                slot.buffers["image"] = flash_frame(n)
+                slot.seq, slot.pts, slot.capture_time = n, n * 3000, frame_at
+                self.sink.write(slot)  # type: ignore[attr-defined]
+                n += 1
+            else:
+                if piece_due > now:
+                    self.stop_event.wait(piece_due - now)
+                mono = (beep_samples(k * piece, piece) * 32767).astype(np.int16)
+                self.bus.push(start + k * piece / RATE, np.repeat(mono, 2).reshape(1, -1))  # type: ignore[attr-defined]
+                k += 1
+
+
+@pytest.mark.usefixtures("loopback_ice")
+def test_whep_viewers_hear_a_camera_whose_sound_comes_after_its_pictures_in_step() -> None:
+    """A live source whose sound reaches us 60 ms after it ended (after its pictures): the
+    WHEP output holds the pictures back by that much (plus one Opus packet), so a viewer
+    gets the beeps with their flashes; sent as they came, the beeps were 70-90 ms late."""
+    import asyncio
+
+    from stream.media.audio_delay import AudioBus, AudioFormat
+    from stream.server.whep_output import WhepOutput
+    from stream.server.whip_client import whep_view
+    from tools.webrtc_sync import read_webrtc_sync
+
+    bus = AudioBus()
+    bus.format = AudioFormat(48000, 2)
+    out = WhepOutput(320, 240, port=0, sound=bus)
+    out.open()
+    camera = LateSoundCamera(out, bus, late_s=0.06, seconds=30)
+    camera.start()
+    try:
+        async def watch() -> object:
+            viewer = await whep_view(f"{out.url}whep", audio=True)
+            try:
+                video = await asyncio.wait_for(viewer.remote, 30)
+                assert viewer.remote_audio is not None
+                audio = await asyncio.wait_for(viewer.remote_audio, 30)
+                return await read_webrtc_sync(viewer.pc, video, audio, 6.0)
+            finally:
+                await viewer.close()
+
+        reading = asyncio.run(watch())
+        hold = out.video_hold_s
+    finally:
+        camera.stop_event.set()
+        camera.join(5)
+        out.close()
+    offsets = reading.offsets(skip_s=1.0)  # type: ignore[attr-defined]
+    assert len(offsets) >= 3, f"WHEP viewer: flashes {reading.flashes}, beeps {reading.beeps}"  # type: ignore[attr-defined]
+    assert abs(statistics.median(offsets)) <= BOUND_S, f"WHEP viewer: beep - flash offsets {offsets}"
+    # The pictures waited for their sound: about its lateness, one packet and the look-ahead.
+    assert 0.06 < hold < 0.2, hold

@@ -15,11 +15,15 @@ sound for long.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 MAX_HOLD_S = 1.0  # beyond any latency a live run keeps; a picture later than this is a stall
+LATE_PIECES = 100  # how many of the latest pieces `AudioBus.lateness` looks at (a second of 10 ms)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,20 @@ class AudioBus:
         self.frames = 0
         self._delays: list[AudioDelay] = []
         self._lock = threading.Lock()
+        self._late: deque[float] = deque(maxlen=LATE_PIECES)
+
+    @property
+    def listeners(self) -> int:
+        """The delay lines subscribed (sinks, viewers) now."""
+        with self._lock:
+            return len(self._delays)
+
+    def lateness(self) -> float | None:
+        """How long after its end (its capture time + its duration) the latest sound reached
+        us, at worst over the last `LATE_PIECES` pieces (negative: before it ended, as sound
+        a source had buffered); None before any piece of known length came."""
+        late = list(self._late)
+        return max(late) if late else None
 
     def subscribe(self, max_hold_s: float = MAX_HOLD_S) -> AudioDelay:
         delay = AudioDelay(max_hold_s)
@@ -101,7 +119,12 @@ class AudioBus:
         delay.drop_all()
 
     def push(self, captured: float, frame: Any) -> None:
+        """A piece of sound captured at `captured` (time.monotonic()); an interleaved
+        (1, channels * n) array on `format` counts towards `lateness`."""
         self.frames += 1
+        fmt = self.format
+        if fmt is not None and isinstance(frame, np.ndarray) and frame.ndim == 2:
+            self._late.append(time.monotonic() - captured - frame.shape[1] / fmt.channels / fmt.rate)
         with self._lock:
             delays = list(self._delays)
         for delay in delays:

@@ -240,7 +240,7 @@ class PeerSession:
             return None
         out = self.sound_out
         return {"received": self.sound.frames, "sent": out.frames_sent if out else 0,
-                "held_ms": round(out.delay.hold_s * 1000, 1) if out else None,
+                "held_ms": round(out.held_s * 1000, 1) if out else None,
                 "expired": out.delay.expired if out else 0}
 
     async def close(self) -> None:

@@ -7,9 +7,14 @@ viewer's track keeps only the newest frame (see stream.sinks.relay), so a slow v
 skips frames and never slows the pipeline or the others. The server runs on its own
 event loop in a thread, opened with the sink and closed with it.
 
-With `sound` (an RTSP camera's sound on its AudioBus), a viewer that offers to receive
-audio gets it on its own track, each piece captured at t sent at t + L, L being the
-latency (capture to this sink) of the last frame written, as the other live outputs do.
+With `sound` (a live source's sound on its AudioBus: an RTSP camera's, a clip's), a viewer
+that offers to receive audio gets it on its own track. Sound and pictures leave on one
+clock, their capture times: both captured at t leave at t + D. D is the latency (capture
+to this sink) of the last frame written, or, when the source's sound reaches us later than
+that allows (a camera sends a sound only after recording it, often after its pictures),
+how late it comes plus one packet and the encoder's look-ahead; then the pictures are held
+back to t + D (on the server's loop, never in the pipeline's thread), at most
+`MAX_VIDEO_HOLD_S`. A viewer receives them as they were captured, in step.
 """
 from __future__ import annotations
 
@@ -33,12 +38,13 @@ from stream.server.signalling import MAX_VIEWERS, media_middleware
 from stream.server.viewer import Viewer
 from stream.server.whep import WhepEndpoints
 from stream.sinks.relay import FrameRelay
-from stream.sinks.webrtc_sound import SoundFeed
+from stream.sinks.webrtc_sound import ENCODER_AHEAD_S, PACKET_S, SoundFeed
 
 log = logging.getLogger(__name__)
 
 STREAM = "live"
 DEFAULT_PORT = 8080
+MAX_VIDEO_HOLD_S = 0.5  # pictures are never held longer for their sound (sound later than this is late)
 
 
 def parse_whep_output(spec: str) -> tuple[str, int] | None:
@@ -73,9 +79,11 @@ class WhepOutput:
         self.framer = YuvFramer(width, height)
         self.viewers: dict[str, Viewer] = {}
         self.frames_written = 0
-        self.latency_s = 0.0  # of the last frame written: how long viewers' sound is held
+        self.latency_s = 0.0  # of the last frame written (capture to this sink)
+        self.sound = sound
+        self.video_hold_s = 0.0  # how long the last picture was held back for its sound
         if sound is not None:
-            self.relay.sound = SoundFeed(sound, lambda: self.latency_s)
+            self.relay.sound = SoundFeed(sound, self.delay_s)
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -94,6 +102,15 @@ class WhepOutput:
         viewer = self.viewers.pop(viewer_id, None)
         if viewer is not None:
             await viewer.close()
+
+    def delay_s(self) -> float:
+        """D: from capture to leaving, for pictures and sound alike (see the module's text)."""
+        sound = self.sound
+        if sound is None or not sound.listeners:
+            return self.latency_s
+        late = sound.lateness()
+        needed = -1.0 if late is None else late + PACKET_S + ENCODER_AHEAD_S
+        return max(self.latency_s, min(needed, MAX_VIDEO_HOLD_S))
 
     # -- the sink -------------------------------------------------------------------
 
@@ -154,10 +171,25 @@ class WhepOutput:
         frame = self.framer(slot.image)  # reused: the relay copies what it keeps
         frame.pts = slot.pts
         frame.time_base = slot.time_base or VIDEO_TIME_BASE
-        if slot.capture_time:
-            self.latency_s = max(0.0, time.monotonic() - slot.capture_time)
-        self.relay.publish(frame)
         self.frames_written += 1
+        if not slot.capture_time:
+            self.relay.publish(frame)
+            return
+        now = time.monotonic()
+        self.latency_s = max(0.0, now - slot.capture_time)
+        due = slot.capture_time + self.delay_s()
+        loop = self._loop
+        if due - now < 0.001 or loop is None:
+            self.video_hold_s = 0.0
+            self.relay.publish(frame)
+            return
+        picture = self.relay.prepare(frame)
+        self.video_hold_s = due - now
+        if picture is not None:
+            try:
+                loop.call_soon_threadsafe(loop.call_at, due, self.relay.deliver, picture)
+            except RuntimeError:  # the server stopped
+                pass
 
     def close(self) -> None:
         self.relay.close()

@@ -131,16 +131,30 @@ class FrameRelay:
     def publish(self, frame: av.VideoFrame) -> None:
         """Share a finished yuv420p frame with every viewer (copied once; nothing is done
         when nobody watches). The caller may reuse `frame` as soon as this returns."""
+        picture = self.prepare(frame)
+        if picture is not None:
+            self.deliver(picture)
+
+    def prepare(self, frame: av.VideoFrame) -> RelayedPicture | None:
+        """`frame` copied as the viewers will share it, to `deliver` now or later (None when
+        nobody watches)."""
         with self._lock:
             if not self._tracks:
-                return
-            tracks = list(self._tracks)
+                return None
         i420 = frame.to_ndarray(format="yuv420p")  # a copy: the sink reuses its frames
         i420.flags.writeable = False
         with self._lock:
             self.published += 1
-            picture = RelayedPicture(i420, int(frame.pts or 0), frame.time_base or VIDEO_TIME_BASE, self.published)
+            return RelayedPicture(i420, int(frame.pts or 0), frame.time_base or VIDEO_TIME_BASE, self.published)
+
+    def deliver(self, picture: RelayedPicture) -> None:
+        """Offer a prepared picture to every viewer; one older than a picture already
+        delivered is let go (pictures held back by a changing delay must not go back)."""
+        with self._lock:
+            if self.last is not None and picture.seq <= self.last.seq:
+                return
             self.last = picture
+            tracks = list(self._tracks)
         for track in tracks:
             track.offer(picture)
 

@@ -15,7 +15,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 import av
 import numpy as np
@@ -27,6 +26,9 @@ from stream.media.audio_delay import AudioBus, AudioDelay
 RATE = 48000
 TICK_S = 0.005  # how often a waiting recv() looks for sound that has come due
 GAP_S = 0.02  # sound this close to where the last ended continues it
+PACKET = 960  # samples in one Opus packet as aiortc sends it (20 ms)
+PACKET_S = PACKET / RATE
+MAX_SILENCE_S = 1.0  # a hole longer than this is not filled: the timeline starts again
 # Opus (what aiortc and browsers negotiate first) delays what it encodes by its look-ahead,
 # 312 samples at 48 kHz (RFC 6716's pre-skip, libopus's OPUS_GET_LOOKAHEAD): the sound is
 # handed to the encoder that much early, so it comes out of the decoder with its picture.
@@ -47,9 +49,19 @@ class SoundFeed:
 
 
 class DelayedSoundTrack(MediaStreamTrack):
-    """The audio track sent to a peer (or a viewer): frames of 48 kHz stereo s16 from
-    `delay`, each released at its capture time + `latency()` seconds (less the encoder's
-    look-ahead)."""
+    """The audio track sent to a peer (or a viewer): 48 kHz stereo s16 from `delay`, in
+    frames of exactly one Opus packet (20 ms) on a continuous timeline, each sent when its
+    first sample is due: at its capture time + `latency()` seconds, less the encoder's
+    look-ahead.
+
+    Why whole packets, timed by their first sample: a receiver plays a packet from the
+    moment it arrives (its RTP timestamp is its first sample's), so a packet must leave
+    when its start is due, not when its last piece came due (aiortc's encoder waits for
+    20 ms before it sends anything: handed 10 ms pieces, the sound went out up to 10 ms
+    late, and later still when the pieces came unevenly). Sound that is not all there when
+    its packet is due (a source whose sound reaches us after its pictures) leaves as soon as
+    it is, and how late it was is kept (`late_s`). Holes in the sound are sent as silence
+    (the timing after them holds); sound whose stamps go back over what was sent is cut."""
 
     kind = "audio"
 
@@ -59,40 +71,91 @@ class DelayedSoundTrack(MediaStreamTrack):
         self.delay = delay
         self.latency = latency
         self.bus = bus
-        self._due: deque[tuple[float, Any]] = deque()
+        self._pieces: deque[np.ndarray] = deque()  # interleaved (1, 2n) s16, continuous
+        self._count = 0  # samples (per channel) in _pieces
+        self._start: float | None = None  # the capture time of the first sample in _pieces
         self._t0: float | None = None  # the capture time of pts 0
-        self._next: int | None = None  # pts where the sound sent so far ends
+        self._pts = 0  # pts of the first sample in _pieces
         self.frames_sent = 0
+        self.late_s = 0.0  # how late the last packet's sound was all there (0: on time)
+        self.held_s = 0.0  # from the last packet's capture to its sending: the delay applied
+        self.silence_s = 0.0  # holes in the sound, sent as silence
 
     async def recv(self) -> av.AudioFrame:
         while True:
             if self.readyState != "live":
                 raise MediaStreamError
-            if not self._due:
-                held = max(0.0, self.latency() - ENCODER_AHEAD_S)
-                self._due.extend(self.delay.release_due(time.monotonic(), held))
-            if self._due:
-                when, samples = self._due.popleft()
-                self.frames_sent += 1
-                return self._frame(when, samples)
-            await asyncio.sleep(TICK_S)
+            now = time.monotonic()
+            held = max(0.0, self.latency() - ENCODER_AHEAD_S)
+            # Take what will be needed for the next packet (one packet ahead of its due).
+            for when, samples in self.delay.release_due(now, held - PACKET_S - TICK_S):
+                self._add(when, samples)
+            if self._start is not None:
+                due = self._start + held
+                if self._count >= PACKET and now >= due:
+                    self.late_s = max(0.0, now - due - TICK_S)
+                    self.held_s = now - self._start
+                    return self._packet()
+                wait = min(TICK_S, due - now) if self._count >= PACKET else TICK_S
+            else:
+                wait = TICK_S
+            await asyncio.sleep(max(wait, 0.001))
 
     def stop(self) -> None:
         super().stop()
         if self.bus is not None:
             self.bus.unsubscribe(self.delay)
 
-    def _frame(self, when: float, samples: np.ndarray) -> av.AudioFrame:
-        """Timed by its capture: a receiver's jitter buffer sees real time pass between
-        frames, and sound let go unsent (a stall) as a gap, not as sound played early."""
-        if self._t0 is None:
-            self._t0 = when
-        pts = round((when - self._t0) * RATE)
-        if self._next is not None and (abs(pts - self._next) <= GAP_S * RATE or pts < self._next):
-            pts = self._next  # continuous: the stamps' jitter must not cut or overlap it
+    def _add(self, when: float, samples: np.ndarray) -> None:
+        """Append a piece captured at `when` to the timeline."""
+        n = samples.shape[1] // 2
+        if self._start is not None and when - (self._start + self._count / RATE) > MAX_SILENCE_S:
+            # Sound stopped for long (the delay line let it go): what is left is stale.
+            self._pts += self._count
+            self._pieces.clear()
+            self._count, self._start = 0, None
+        if self._start is None:
+            if self._t0 is None:
+                self._t0 = when
+            self._start = when
+            self._pts = max(self._pts, round((when - self._t0) * RATE))
+        else:
+            end = self._start + self._count / RATE
+            gap = round((when - end) * RATE)
+            if gap > GAP_S * RATE:  # a hole: silence up to this piece
+                self._pieces.append(np.zeros((1, 2 * gap), np.int16))
+                self._count += gap
+                self.silence_s += gap / RATE
+            elif gap < -GAP_S * RATE:  # stamped over what is already there: cut that much
+                cut = min(-gap, n)
+                samples, n = samples[:, 2 * cut:], n - cut
+                if n == 0:
+                    return
+        self._pieces.append(samples)
+        self._count += n
+
+    def _packet(self) -> av.AudioFrame:
+        """The next PACKET samples as a frame, timed by their first sample's capture."""
+        assert self._start is not None
+        parts: list[np.ndarray] = []
+        need = PACKET
+        while need:
+            piece = self._pieces[0]
+            n = piece.shape[1] // 2
+            if n <= need:
+                parts.append(self._pieces.popleft())
+                need -= n
+            else:
+                parts.append(piece[:, :2 * need])
+                self._pieces[0] = piece[:, 2 * need:]
+                need = 0
+        samples = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
         frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples), format="s16", layout="stereo")
         frame.sample_rate = RATE
-        frame.pts = pts
+        frame.pts = self._pts
         frame.time_base = Fraction(1, RATE)
-        self._next = pts + samples.shape[1] // 2
+        self._pts += PACKET
+        self._count -= PACKET
+        self._start = self._start + PACKET / RATE if self._count else None
+        self.frames_sent += 1
         return frame
