@@ -21,6 +21,9 @@ box judged at one of the last detections takes its verdict. A face is judged afr
 `recheck` detections, a rejected box every `recheck_rejected` (sooner: a real face judged
 in a bad frame, blurred or half turned, must not stay unswapped for long). A face therefore
 costs one embedding when it appears, not one per detection.
+
+The tracker also asks it to `confirm` a followed face's box that a detection missed (a face
+behind a cup): the same two checks, without HOG's score, decide whether it is kept.
 """
 from __future__ import annotations
 
@@ -118,6 +121,12 @@ class FaceFilter:
             return False
         self.judged += 1
         return self.embedding_score(frame.bgr, points) + score > self.margin
+
+    def confirm(self, frame: FrameViews, box: Box) -> bool:
+        """A followed face's box that a detection missed still holds a face (an occluded face
+        HOG does not find): judged afresh, with no detector score added."""
+        with self._lock:  # the landmarker and embedder may be busy with a background detection
+            return self.is_face(frame, box, 0.0)
 
     def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
         found = self.detector.forward(frame)

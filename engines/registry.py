@@ -66,7 +66,9 @@ def _build_dlib(detect: Any, swap: ClassicalOptions, models: Any, runtime: Runti
 
     return EngineSet(
         name="dlib",
-        detector=_verified(DlibHogDetector(detect.max_side, detect.upsample), getattr(detect, "verify", True)),
+        detector=_verified(DlibHogDetector(detect.max_side, detect.upsample,
+                                           max_upscale=getattr(detect, "max_upscale", 1.0)),
+                           getattr(detect, "verify", True)),
         landmarker=DlibLandmarker(),
         embedder=DlibEmbedder(),
         swapper=ClassicalSwapper(swap),

@@ -27,14 +27,20 @@ class DetectConfig:
     """Face detection (dlib HOG): how often, and at what size of frame."""
 
     every: int = 12  # full-frame detection every N frames (and whenever a track is lost)
-    max_side: int = 1024  # the frame is downscaled so its longer side is at most this
+    max_side: int = 1024  # the frame is scaled so its longer side is this (down, or up by at most max_upscale)
+    # A smaller frame is upscaled towards max_side, at most this much: HOG finds faces from 80 px
+    # at the scale it scans, so a 640x360 frame's 50 px faces are found (1: never upscaled).
+    max_upscale: float = 2.0
     upsample: int = 0  # dlib upsampling passes (each one finds smaller faces, 4x the cost)
+    every_empty: int = 2  # with no face followed, detection every N frames (a face coming in is found sooner)
     background: bool = True  # live runs: detect on a thread of its own, tracking goes on meanwhile
     verify: bool = True  # dlib engine: boxes checked by landmarks and embedding (no badges or prints swapped)
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, f"detect.every must be >= 1, got {self.every}")
+        _check(self.every_empty >= 1, f"detect.every_empty must be >= 1, got {self.every_empty}")
         _check(self.max_side >= 64, f"detect.max_side must be >= 64, got {self.max_side}")
+        _check(1.0 <= self.max_upscale <= 4.0, f"detect.max_upscale must be in [1, 4], got {self.max_upscale}")
         _check(self.upsample in (0, 1, 2), f"detect.upsample must be 0, 1 or 2, got {self.upsample}")
         _check(isinstance(self.verify, bool), f"detect.verify must be true or false, got {self.verify!r}")
 
@@ -48,6 +54,9 @@ class TrackConfig:
 
     match_iou: float = 0.3  # a detection continues a track when their boxes overlap this much
     max_missed: int = 1  # detections a track may miss before it is dropped
+    # Detections in a row that may miss a face whose box the detector still confirms (the dlib
+    # engine's face filter: an occluded face); 0: a missed face is hidden at once.
+    max_held: int = 5
     min_cutoff: float = 1.5  # One-Euro: cut-off frequency (Hz) at rest; lower = smoother
     # One-Euro: how fast the cut-off rises with speed; higher = less lag. At 0.02 a face turning
     # or panning was drawn where it had been (dlib landmark shift 0.07-0.10 of the inter-ocular
@@ -60,6 +69,7 @@ class TrackConfig:
     def __post_init__(self) -> None:
         _check(0.0 < self.match_iou < 1.0, f"track.match_iou must be in (0, 1), got {self.match_iou}")
         _check(self.max_missed >= 0, f"track.max_missed must be >= 0, got {self.max_missed}")
+        _check(self.max_held >= 0, f"track.max_held must be >= 0, got {self.max_held}")
         _check(self.min_cutoff > 0, f"track.min_cutoff must be > 0, got {self.min_cutoff}")
         _check(self.beta >= 0, f"track.beta must be >= 0, got {self.beta}")
         _check(self.recheck_every >= 1, f"track.recheck_every must be >= 1, got {self.recheck_every}")

@@ -88,7 +88,8 @@ GRAY = np.zeros((720, 1280), np.uint8)
 
 def make(scene: Scene, every: int = 5, max_missed: int = 1):
     det, lm, emb = FakeDetector(scene), FakeLandmarker(scene), FakeEmbedder(scene)
-    tracker = Tracker(det, lm, emb, DetectConfig(every=every), TrackConfig(max_missed=max_missed))
+    # every_empty = every: these tests count detections on the schedule of followed faces
+    tracker = Tracker(det, lm, emb, DetectConfig(every=every, every_empty=every), TrackConfig(max_missed=max_missed))
     return tracker, det, lm, emb
 
 
@@ -424,3 +425,65 @@ def test_a_late_detection_of_a_new_moving_face_starts_its_track_where_it_is_now(
     tracker.close()
     assert ghosts == 0, f"{ghosts} frame(s) swapped a face where there was none"
     assert both_at is not None and both_at <= 15
+
+
+def test_with_no_face_followed_detection_runs_every_empty_frames() -> None:
+    scene = Scene()
+    det, lm, emb = FakeDetector(scene), FakeLandmarker(scene), FakeEmbedder(scene)
+    tracker = Tracker(det, lm, emb, DetectConfig(every=12, every_empty=2), TrackConfig())
+    for seq in range(20):  # an empty scene: a face coming in is looked for every other frame
+        tracker.update(GRAY, seq, seq / 30)
+    assert det.calls == 10
+    scene.faces = [(0, 300, 300, 100)]
+    for seq in range(20, 22):
+        tracks = tracker.update(GRAY, seq, seq / 30)
+    assert len(tracks) == 1
+    calls = det.calls
+    for seq in range(22, 46):  # a face followed: back on detect.every
+        tracker.update(GRAY, seq, seq / 30)
+    assert det.calls == calls + 2
+
+
+class ConfirmingDetector(FakeDetector):
+    """Misses the faces in `hidden` (occluded), but confirms any box holding a true face."""
+
+    def __init__(self, scene: Scene) -> None:
+        super().__init__(scene)
+        self.hidden: set[int] = set()
+        self.confirms = 0
+
+    def forward(self, gray):
+        return [d for d, f in zip(super().forward(gray), self.scene.faces) if f[0] not in self.hidden]
+
+    def confirm(self, frame, box) -> bool:
+        self.confirms += 1
+        bx, by = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+        return any(abs(cx - bx) < 0.5 * s and abs(cy - by) < 0.5 * s for _, cx, cy, s in self.scene.faces)
+
+
+@pytest.mark.parametrize("max_held", [0, 2])
+def test_a_face_the_detector_misses_but_confirms_is_held_for_max_held_detections(max_held: int) -> None:
+    scene = Scene()
+    scene.faces = [(0, 300, 300, 100)]
+    det, lm, emb = ConfirmingDetector(scene), FakeLandmarker(scene), FakeEmbedder(scene)
+    tracker = Tracker(det, lm, emb, DetectConfig(every=5), TrackConfig(max_missed=0, max_held=max_held))
+    assert len(tracker.update(GRAY, 0, 0.0)) == 1
+    det.hidden = {0}  # occluded: HOG misses it from now on, the face is still there
+    shown = [len(tracker.update(GRAY, seq, seq / 30)) for seq in range(1, 30)]
+    # Detections at 5, 10, 15, ...: the first max_held misses are confirmed, the next ends it.
+    held_until = 5 * (max_held + 1) - 1
+    assert shown == [1] * held_until + [0] * (29 - held_until)
+    assert det.confirms == max_held  # one face check per held detection, none past the cap
+
+
+def test_a_held_face_that_is_gone_ends_at_the_next_detection() -> None:
+    scene = Scene()
+    scene.faces = [(0, 300, 300, 100)]
+    det, lm, emb = ConfirmingDetector(scene), FakeLandmarker(scene), FakeEmbedder(scene)
+    tracker = Tracker(det, lm, emb, DetectConfig(every=5), TrackConfig(max_missed=0, max_held=5))
+    tracker.update(GRAY, 0, 0.0)
+    frozen = scene.landmarks(0)
+    tracker.landmarker.forward_many = lambda gray, boxes: [frozen] * len(boxes)  # type: ignore
+    scene.faces = []  # a scene cut the landmarks do not notice; the detector's check does
+    assert [len(tracker.update(GRAY, seq, seq / 30)) for seq in range(1, 8)] == [1, 1, 1, 1, 0, 0, 0]
+    assert det.confirms == 1

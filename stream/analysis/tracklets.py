@@ -7,9 +7,18 @@ maps to, and its age. Per frame:
 - detection runs every `detect.every` frames, and on the next frame whenever a track
   lost confidence (a detection missed it, or its landmarks jumped); its boxes are
   matched to tracks by overlap, unmatched boxes start tracks, tracks missed too often end;
-- landmarks run on every frame on each track's box, which between detections is
-  carried by the landmarks themselves (the detector box expressed relative to the
-  landmarks' bounding box at the last detection);
+- landmarks run on every frame on each track's box, which between detections is moved
+  as the picture of the face moved (optical flow of its inner points, `face_motion`), so
+  points pulled by an occluder or an edge do not drag the box; where the flow cannot follow
+  the face (no texture) the box follows the landmarks (the detector box expressed relative
+  to the landmarks' bounding box at the last detection), except at the frame's edge, where
+  a face the flow loses has left (the predictor would clamp its points to the edge);
+- a detection that misses a followed face does not end it at once when the detector can
+  confirm a box (the dlib engine's face filter: landmarks laid out as a face, an embedding
+  that reads as one): a face behind a cup or a bar is still a face there, and is kept for up
+  to `track.max_held` detections; on a scene cut the box holds no face and the track ends;
+- with no face followed, detection runs every `detect.every_empty` frames (nothing else is
+  computed then), so a face coming in is swapped within a frame or two;
 - landmarks are smoothed with a One-Euro filter so the swapped face does not jitter
   (`track.smoothing`); with `track.points: detector` each face also carries the detector's
   own five points from this frame's detection (detection on every frame), for alignment;
@@ -38,6 +47,7 @@ from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68
 from engines.frame_views import FrameViews
 from engines.protocols import Detector, Embedder, Landmarker, PointDetector
 from stream.analysis.background_detector import BackgroundDetector
+from stream.analysis.face_motion import face_motion, move_box
 from stream.analysis.one_euro import OneEuroFilter
 from stream.config import DetectConfig, TrackConfig
 from stream.errors import ConfigError
@@ -95,6 +105,8 @@ class Track:
     born: int = 0
     age: int = 0
     missed: int = 0
+    held: int = 0  # detections in a row that missed it but whose box the detector confirmed
+    flowed: bool = False  # its picture has been followed by optical flow (it has texture)
     at_submit: Box | None = field(default=None, repr=False)  # landmark box when a detection was sent
     embedding: np.ndarray | None = None
     embedded_at: int = -1
@@ -138,6 +150,7 @@ class Tracker:
                               f"(the neural engine's SCRFD); {detector.name!r} finds none")
         # Late boxes set aside for a detection in line (a face came in or was lost meanwhile).
         self.redetections = 0
+        self._prev_grey: np.ndarray | None = None  # the last frame, for the faces' optical flow
 
     @property
     def tracks_started(self) -> int:
@@ -152,7 +165,8 @@ class Tracker:
         A track that missed its last detection is still followed (a detector can miss a
         face once) but not returned until a detection confirms it: on a scene cut the old
         faces must not be swapped onto whatever is now where they were."""
-        due = seq - self._last_detect >= self.detect_every
+        every = self.detect_every if self.tracks else min(self.detect_every, self.detect_cfg.every_empty)
+        due = seq - self._last_detect >= every
         if self.background is not None:
             self._detect_in_background(frame, seq, due)
         elif due or self._force_detect:
@@ -160,10 +174,28 @@ class Tracker:
             self._last_detect = seq
             self._merge_detected(frame, seq)
         h, w = frame.shape
-        alive: list[Track] = []
+        grey = _grey(frame)
+        followed: list[Track] = []
         for tr in self.tracks:
-            if not tr.matched:  # between detections: the box follows the (raw) landmarks
-                tr.box = unrelate(tr.rel, landmark_box(tr.raw))
+            if not tr.matched:  # between detections: the box moves as the face's picture moved
+                motion = (face_motion(self._prev_grey, grey, tr.raw)
+                          if grey is not None and self._prev_grey is not None
+                          and self._prev_grey.shape == grey.shape else None)
+                if motion is not None:
+                    tr.box = move_box(tr.box, motion)
+                    tr.flowed = True
+                elif _inside(tr.box, w, h):
+                    tr.box = unrelate(tr.rel, landmark_box(tr.raw))
+                    # A face whose picture was followed and now cannot be: a scene cut, or
+                    # something in front of it; a detection on the next frame says which.
+                    self._force_detect = self._force_detect or tr.flowed
+                else:
+                    log.debug("track %d lost at the frame's edge", tr.id)
+                    self._force_detect = True
+                    continue
+            followed.append(tr)
+        self.tracks = followed
+        alive: list[Track] = []
         found = self.landmarker.forward_many(frame, [tr.box for tr in self.tracks]) if self.tracks else []
         for tr, raw in zip(self.tracks, found):
             if tr.age and self._jumped(tr.raw, raw):
@@ -181,6 +213,10 @@ class Tracker:
                 continue
             alive.append(tr)
         self.tracks = alive
+        if alive and grey is not None:
+            if self._prev_grey is None or self._prev_grey.shape != grey.shape:
+                self._prev_grey = np.empty_like(grey)
+            np.copyto(self._prev_grey, grey)
         return [tr for tr in alive if tr.missed == 0]
 
     def _detect_in_background(self, frame: FrameViews, seq: int, due: bool) -> None:
@@ -231,15 +267,16 @@ class Tracker:
         run aligns with them)."""
         if self.track_cfg.points == "detector":
             found = self.detector.forward_points(frame)  # type: ignore[attr-defined]
-            self._merge([(box, score) for box, score, _ in found], seq, [k for _, _, k in found])
+            self._merge([(box, score) for box, score, _ in found], frame, seq, [k for _, _, k in found])
         else:
-            self._merge(self.detector.forward(frame), seq)
+            self._merge(self.detector.forward(frame), frame, seq)
 
-    def _merge(self, dets: list[tuple[Box, float]], seq: int, points: list[Keypoints5] | None = None) -> None:
+    def _merge(self, dets: list[tuple[Box, float]], frame: FrameViews, seq: int,
+               points: list[Keypoints5] | None = None) -> None:
         """Boxes detected on this frame: matched to tracks; unmatched boxes start tracks,
         tracks missed too often end."""
         matched, new = self._match(dets, lambda tr, box: box)
-        self._apply(matched, new, dets, seq, lambda tr, box: box, points)
+        self._apply(matched, new, dets, frame, seq, lambda tr, box: box, points)
 
     def _merge_late(self, dets: list[tuple[Box, float]], frame: FrameViews, seq: int) -> None:
         """Boxes of a background detection, made on the frame it was sent with. For a
@@ -260,21 +297,25 @@ class Tracker:
             self._last_detect = seq
             self._merge_detected(frame, seq)
             return
-        self._apply(matched, [], dets, seq, placed)
+        self._apply(matched, [], dets, frame, seq, placed)
 
     def _apply(self, matched: list[tuple[int, int]], new: list[int], dets: list[tuple[Box, float]],
-               seq: int, placed: Callable[[Track, Box], Box], points: list[Keypoints5] | None = None) -> None:
+               frame: FrameViews, seq: int, placed: Callable[[Track, Box], Box],
+               points: list[Keypoints5] | None = None) -> None:
         for ti, di in matched:
             tr = self.tracks[ti]
             box, tr.score = dets[di]
             tr.box = placed(tr, box)
-            tr.matched, tr.missed = True, 0
+            tr.matched, tr.missed, tr.held = True, 0, 0
             tr.order, tr.kps5 = di, None if points is None else points[di]
         used_t = {ti for ti, _ in matched}
         kept: list[Track] = []
         for ti, tr in enumerate(self.tracks):
             if ti not in used_t:
                 tr.kps5 = None
+                if self._hold(tr, frame):
+                    kept.append(tr)
+                    continue
                 tr.missed += 1
                 if tr.missed > self.track_cfg.max_missed:
                     log.debug("track %d ended after %d missed detections", tr.id, tr.missed)
@@ -289,6 +330,18 @@ class Tracker:
             self._next_id += 1
             kept.append(tr)
         self.tracks = kept
+
+    def _hold(self, tr: Track, frame: FrameViews) -> bool:
+        """Keep a confirmed track that this detection missed, when the detector confirms that
+        its box still holds a face (an occluded face HOG does not find)."""
+        confirm = getattr(self.detector, "confirm", None)
+        if confirm is None or tr.missed or not tr.age or tr.held >= self.track_cfg.max_held:
+            return False
+        if not confirm(frame, tr.box):
+            return False
+        tr.held += 1
+        log.debug("track %d missed by the detector, kept: its box still holds a face", tr.id)
+        return True
 
     def close(self) -> None:
         if self.background is not None:
@@ -320,6 +373,17 @@ def _moved(box: Box, then: Box, now: Box) -> Box:
     dx = (now[0] + now[2] - then[0] - then[2]) / 2
     dy = (now[1] + now[3] - then[1] - then[3]) / 2
     return (box[0] + dx, box[1] + dy, box[2] + dx, box[3] + dy)
+
+
+def _grey(frame: FrameViews) -> np.ndarray | None:
+    """The frame's grey view (a plain 2-D array is taken as one); None if it has none."""
+    if isinstance(frame, np.ndarray):
+        return frame if frame.ndim == 2 else None
+    return frame.gray
+
+
+def _inside(box: Box, w: int, h: int) -> bool:
+    return box[0] >= 0 and box[1] >= 0 and box[2] <= w and box[3] <= h
 
 
 def _on_frame(points: Landmarks68, w: int, h: int) -> bool:
