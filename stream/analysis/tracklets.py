@@ -187,8 +187,10 @@ class Tracker:
                 elif _inside(tr.box, w, h):
                     tr.box = unrelate(tr.rel, landmark_box(tr.raw))
                     # A face whose picture was followed and now cannot be: a scene cut, or
-                    # something in front of it; a detection on the next frame says which.
+                    # something in front of it; a detection on the next frame says which
+                    # (once: an occluder crossing the face stops the flow for a while).
                     self._force_detect = self._force_detect or tr.flowed
+                    tr.flowed = False
                 else:
                     log.debug("track %d lost at the frame's edge", tr.id)
                     self._force_detect = True
