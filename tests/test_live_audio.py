@@ -199,3 +199,34 @@ def test_whep_viewers_hear_a_camera_whose_sound_comes_after_its_pictures_in_step
     assert abs(statistics.median(offsets)) <= BOUND_S, f"WHEP viewer: beep - flash offsets {offsets}"
     # The pictures waited for their sound: about its lateness, one packet and the look-ahead.
     assert 0.06 < hold < 0.2, hold
+
+
+def test_a_clip_played_as_the_camera_gives_whep_viewers_its_sound_in_sync(source_photo: Path, tmp_path: Path,
+                                                                          loopback_ice: None) -> None:
+    """`live --input clip.mp4 --output whep`: the clip's own sound (AAC) reaches a WHEP viewer
+    with its pictures, as an RTSP camera's does."""
+    import asyncio
+
+    from stream.server.whip_client import whep_view
+    from tools.av_sync import write_flash_beep_clip
+    from tools.webrtc_sync import read_webrtc_sync
+
+    clip = tmp_path / "flash_beep.mp4"
+    write_flash_beep_clip(str(clip), 12.0)
+    with live_whep_process(source_photo, str(clip), "--quiet") as (proc, url):
+        async def watch() -> object:
+            viewer = await whep_view(f"{url}whep", audio=True)
+            try:
+                video = await asyncio.wait_for(viewer.remote, 30)
+                assert viewer.remote_audio is not None
+                audio = await asyncio.wait_for(viewer.remote_audio, 30)
+                return await read_webrtc_sync(viewer.pc, video, audio, 6.0)
+            finally:
+                await viewer.close()
+
+        reading = asyncio.run(watch())
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    offsets = reading.offsets(skip_s=1.0)  # type: ignore[attr-defined]
+    assert len(offsets) >= 3, f"WHEP viewer: flashes {reading.flashes}, beeps {reading.beeps}"  # type: ignore[attr-defined]
+    assert abs(statistics.median(offsets)) <= BOUND_S, f"WHEP viewer: beep - flash offsets {offsets}"

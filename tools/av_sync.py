@@ -40,6 +40,34 @@ def beep_samples(start: int, count: int) -> np.ndarray:
     return (on * 0.5 * np.sin(2 * np.pi * BEEP_HZ * t)).astype(np.float32)
 
 
+def write_flash_beep_clip(path: str, seconds: float, audio_codec: str = "aac") -> None:
+    """The clip as a file (H.264 + `audio_codec`, 30 fps): a camera with a microphone
+    recorded, to play as a live input."""
+    with av.open(path, "w") as out:
+        video = out.add_stream("libx264", rate=FPS)
+        video.width, video.height, video.pix_fmt = SIZE[0], SIZE[1], "yuv420p"
+        video.options = {"preset": "ultrafast", "g": str(FPS)}
+        sound = out.add_stream(audio_codec, rate=RATE)
+        sound.layout = "mono"
+        chunk = 1024
+        audio_at = 0
+        for n in range(round(seconds * FPS)):
+            frame = av.VideoFrame.from_ndarray(flash_frame(n), format="bgr24")
+            frame.pts, frame.time_base = n, Fraction(1, FPS)
+            for packet in video.encode(frame):
+                out.mux(packet)
+            while audio_at < (n + 1) * RATE // FPS:
+                samples = beep_samples(audio_at, chunk).reshape(1, -1)
+                af = av.AudioFrame.from_ndarray(samples, format="flt", layout="mono")
+                af.sample_rate, af.pts, af.time_base = RATE, audio_at, Fraction(1, RATE)
+                for packet in sound.encode(af):
+                    out.mux(packet)
+                audio_at += chunk
+        for stream in (video, sound):
+            for packet in stream.encode(None):
+                out.mux(packet)
+
+
 class FlashBeepPublisher(threading.Thread):
     """Pushes the flash-and-beep clip live (H.264 + Opus, real time) to an RTSP server's
     RECORD url, for `seconds` or until stopped: a camera with a microphone."""

@@ -82,7 +82,7 @@ class WhepOutput:
         self.latency_s = 0.0  # of the last frame written (capture to this sink)
         self.sound = sound
         self.video_hold_s = 0.0  # how long the last picture was held back for its sound
-        if sound is not None:
+        if sound is not None and sound.format is not None:  # the source has sound
             self.relay.sound = SoundFeed(sound, self.delay_s)
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -23,7 +23,7 @@ from stream.media.interruptible import Cancelled
 from stream.media.rtsp import RtspRefused, redacted
 from stream.runtime.slot import Slot
 from stream.sinks.protocol import SinkStats
-from stream.sinks.rtsp_session import PublishSession, RtspLost
+from stream.sinks.rtsp_session import MediaRefused, PublishSession, RtspLost
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,9 @@ class RtspSink:
 
     `audio` (the source's sound, 48 kHz stereo s16, through its delay line): published as
     Opus beside the video (a second stream in the ANNOUNCE), timed on the same capture
-    clock. Each `write()` measures its frame's latency (capture to here); the writer sends
-    sound captured at t at t + that latency, so the sound leaves when its picture does.
+    clock. The writer measures each frame's latency (capture to sent, the encoder and the
+    queue included) and sends sound captured at t at t + that latency, so the sound leaves
+    when its picture does.
     Sound never waits for a picture: frames dropped or a stall change nothing for it.
     """
 
@@ -136,7 +137,15 @@ class RtspSink:
         if self._thread is not None:
             return
         try:
-            self._link = self._connect(self.open_timeout)
+            try:
+                self._link = self._connect(self.open_timeout)
+            except MediaRefused as exc:
+                if self.audio is None:
+                    raise
+                log.warning("%s: %s for the video with sound; publishing the video only", self.name, exc)
+                self.audio.drop_all()
+                self.audio = None
+                self._link = self._connect(self.open_timeout)
         except (RtspRefused, RtspLost) as exc:
             raise SinkError(f"{self.name}: {exc}") from None
         except av.FFmpegError as exc:
@@ -160,7 +169,6 @@ class RtspSink:
             self._t0 = slot.capture_time
         pts = max(round((slot.capture_time - self._t0) / VIDEO_TIME_BASE), self._last_pts + 1)
         self._last_pts = pts
-        self._latency = max(0.0, time.monotonic() - slot.capture_time)
         if self._link is None or self._closing.is_set() or self._queue.full():
             self._count_dropped(1)
             return
@@ -194,6 +202,14 @@ class RtspSink:
             sound.append(frame)
             self._audio_next = pts + n
         return sound
+
+    def _sent_latency(self, frame: av.VideoFrame) -> None:
+        """The latency of the frame just sent, capture to sent (encoded and handed to the
+        server): what its sound is held back by. Measured here, not as the frame was
+        queued, so the encoder's time (longer on a loaded machine) holds the sound too."""
+        if self._t0 is not None and frame.pts is not None:
+            captured = self._t0 + float(frame.pts * VIDEO_TIME_BASE)
+            self._latency = max(0.0, time.monotonic() - captured)
 
     def _count_dropped(self, n: int) -> None:
         if n:
@@ -234,6 +250,7 @@ class RtspSink:
                 try:
                     if frame is not None:
                         link.send(frame, self.send_timeout)
+                        self._sent_latency(frame)
                     sound = self._due_sound()
                     if sound and link.sound is not None:
                         link.send_sound(sound, self.send_timeout)

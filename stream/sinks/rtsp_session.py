@@ -28,6 +28,11 @@ SEND_BUFFER = 256 * 1024  # so that a server that stops reading is noticed in se
 USER_AGENT = "facestream"
 
 
+
+class MediaRefused(RtspRefused):
+    """The server does not take the media announced (415 Unsupported Media Type): a server
+    that takes one H.264 stream and no sound answers so."""
+
 class RtspLost(Exception):
     """The connection failed or went silent; the text is ours, one line. Worth retrying."""
 
@@ -184,6 +189,8 @@ class PublishSession:
         if 200 <= answer.code < 300:
             return answer
         text = status_text(answer.code, answer.reason, self.url.user is not None)
+        if answer.code == 415:
+            raise MediaRefused(text)
         raise (RtspRefused if is_permanent(answer.code) else RtspLost)(text)
 
     def _read_answer(self, deadline: float, silence: str) -> Answer:

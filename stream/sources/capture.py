@@ -12,9 +12,11 @@ import cv2
 import numpy as np
 
 from stream.errors import SourceError
+from stream.media.audio_delay import AudioBus
 from stream.media.clock import VIDEO_TIME_BASE, CaptureClock
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
+from stream.sources.clip_sound import ClipSound
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,9 @@ class WebcamSource:
     trying a setup without a camera): frame k is due k frame times after the first, and a
     reader late by more than a frame and a half gets the frame due now, the ones it missed skipped
     (`skipped`), as a camera's driver drops what nobody read; frames never come in a burst,
-    and the picture stays in step with the clip's sound (`audio_from`).
+    and the picture stays in step with the clip's sound: recordings copy it (`audio_from`),
+    and the clip's sound is put on `audio` stamped on the same clock (see ClipSound), so the
+    network outputs carry it as an RTSP camera's.
 
     The camera's real rate is measured over the whole run (`describe()`): the frames it
     delivered, skipped ones included, over the time from the first to the last.
@@ -85,6 +89,8 @@ class WebcamSource:
         self._delivered = 0  # frames the camera gave (skipped ones included) ...
         self._first_t: float | None = None  # ... from the first one's capture time ...
         self._last_t = 0.0  # ... to the last one's
+        self.audio = AudioBus()  # a clip's sound (a camera's is not read: no format)
+        self._sound: ClipSound | None = None
 
     @property
     def audio_from(self) -> Path | None:
@@ -124,6 +130,9 @@ class WebcamSource:
         rate = cap.get(cv2.CAP_PROP_FPS) or fps or 30.0
         if is_file:
             self._pace = 1.0 / rate
+            sound = ClipSound(Path(str(self.device)), self.audio)
+            if sound.open():
+                self._sound = sound
         self._cap, self._first = cap, first
         h, w = first.shape[:2]
         if (width and width != w) or (height and height != h):
@@ -144,6 +153,8 @@ class WebcamSource:
             _fit(self._first, image)
             self._first = None
             self._next_due = time.monotonic()
+            if self._sound is not None:
+                self._sound.start(self._next_due)
         else:
             if self._pace is not None and not self._pace_file():
                 return False
@@ -205,6 +216,8 @@ class WebcamSource:
 
     def close(self) -> None:
         self._stop.set()
+        if self._sound is not None:
+            self._sound.stop()
         if self._lock.acquire(timeout=5.0):
             try:
                 if self._cap is not None:
@@ -217,4 +230,6 @@ class WebcamSource:
         out: dict[str, object] = {"input": self.name, "measured_fps": round(self.measured_fps, 2)}
         if self.skipped:
             out["skipped"] = self.skipped
+        if self._sound is not None:
+            out["audio_frames"] = self.audio.frames
         return out
