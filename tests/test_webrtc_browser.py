@@ -313,3 +313,50 @@ def test_the_page_says_when_the_server_is_gone(fake_camera: Path, source_photo: 
                 browser.close()
     assert "not answering" in message and "Failed to fetch" not in message, message
     assert start_enabled and figures == "–"
+
+
+PAGE_SOUND = """async () => {
+  const remote = document.getElementById('remote');
+  const tracks = remote.srcObject ? remote.srcObject.getAudioTracks() : [];
+  let heard = null, sent = null;
+  (await state.pc.getStats()).forEach((r) => {
+    if (r.type === "inbound-rtp" && r.kind === "audio")
+      heard = { packets: r.packetsReceived, energy: r.totalAudioEnergy || 0 };
+    if (r.type === "outbound-rtp" && r.kind === "audio") sent = r.packetsSent;
+  });
+  return { tracks: tracks.map((t) => t.readyState), muted: remote.muted, paused: remote.paused, heard, sent };
+}"""
+
+
+def test_the_page_sends_the_microphone_and_plays_its_sound_back(loopback_ice: None, fake_camera: Path,
+                                                                shared_job: SwapJob) -> None:
+    """The page's own UI (not only its offer API): with a microphone (Chromium's fake one,
+    a beeping tone), Start sends it beside the camera; the server reads it and sends it back
+    with the swapped video, and the page plays both from one stream, unmuted."""
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with ServerThread(shared_job) as srv, sync_playwright() as pw:
+        browser = launch(pw, fake_camera)
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(srv.url)
+            page.wait_for_selector("#faces button.chosen", timeout=10_000)
+            page.click("#start")
+            page.wait_for_function("document.getElementById('remote').videoWidth > 0", timeout=30_000)
+            for _ in range(60):  # the fake microphone beeps once a second: energy comes in bursts
+                heard = page.evaluate(PAGE_SOUND)
+                if heard["heard"] and heard["heard"]["energy"] > 0:
+                    break
+                page.wait_for_timeout(500)
+            sound = srv.call(lambda: [s.state()["audio"] for s in srv.server.sessions.values()])
+            page.click("#stop")
+            assert not errors, errors
+        finally:
+            browser.close()
+    assert heard["tracks"] == ["live"] and not heard["muted"] and not heard["paused"], heard
+    assert heard["sent"] > 0 and heard["heard"]["packets"] > 0 and heard["heard"]["energy"] > 0, heard
+    (state,) = sound
+    assert state is not None and state["received"] > 0 and state["sent"] > 0, state
