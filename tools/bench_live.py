@@ -23,6 +23,14 @@ client (and the WHEP viewer) receive them, timed by packet arrival (tools/webrtc
     python tools/bench_live.py                  # one face and six faces, 10 s each, both paths
     python tools/bench_live.py --faces 1 --seconds 20 --via webrtc --config quality
     python tools/bench_live.py --faces 1 --via whip   # WHIP publisher + WHEP viewer: first frame, round trips
+    python tools/bench_live.py --via rtsp             # an RTSP camera with sound -> RTSP out and WHEP
+
+`--via rtsp` needs GStreamer's RTSP server for the system Python (tests/fixtures/rtsp_relay.py,
+`make test-deps`): a camera with a microphone (the flash-and-beep clip, H.264 + Opus, real
+time) publishes to it; the camera read directly gives the input's own A/V offset; `live`
+then swaps it and publishes it back (RTSP out, read by FFmpeg's RTSP client), and once more
+as `live --output whep` (an aiortc WHEP viewer); each line gives the run's latency and the
+A/V offset its reader measured.
 """
 from __future__ import annotations
 
@@ -263,6 +271,90 @@ def run_sync(job: SwapJob, via: str, seconds: float) -> dict:
     return asyncio.run(main())
 
 
+RELAY = ROOT / "tests" / "fixtures" / "rtsp_relay.py"
+
+
+def run_rtsp(job: SwapJob, seconds: float) -> dict:
+    """The flash-and-beep camera (RTSP, with sound) read directly, through `live` to RTSP out,
+    and through `live --output whep`: each reader's A/V offset and each run's latency."""
+    import socket
+    import subprocess
+    import threading
+
+    import aioice.ice
+
+    from stream.server.whep_output import WhepOutput
+    from stream.server.whip_client import whep_view
+    from stream.sinks.open import open_sink
+    from stream.sources.rtsp import RtspSource
+    from tools.av_sync import FlashBeepPublisher, read_rtsp_sync
+
+    aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    relay = subprocess.Popen(["/usr/bin/python3", str(RELAY), "--port", str(port), "--audio", "cam", "out"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready = relay.stdout.readline().strip() if relay.stdout else ""
+    if ready != "ready":
+        relay.kill()
+        raise SystemExit(f"the RTSP relay did not start ({ready!r}): install GStreamer's RTSP server "
+                         "(make test-deps)")
+    url = f"rtsp://127.0.0.1:{port}/"
+    publisher = FlashBeepPublisher(url + "cam/push")
+    publisher.start()
+    out: dict = {}
+    try:
+        out["camera_av_offset"] = _offset(read_rtsp_sync(url + "cam", seconds).offsets(skip_s=1.0))
+
+        source = RtspSource(url + "cam")
+        info = source.open()
+        sink = open_sink(url + "out/push", info, job.config, sound=source.audio)
+        got: dict = {}
+        reader = threading.Thread(target=lambda: got.update(r=read_rtsp_sync(url + "out", seconds)), daemon=True)
+        reader.start()
+        rep = run_live(job, source, FanoutSink([sink]), "rtsp out", duration=seconds + 5).report
+        reader.join(30)
+        out["rtsp_out"] = {"latency": rep["latency"],
+                           "av_offset": _offset(got["r"].offsets(skip_s=1.0)) if "r" in got else None}
+
+        source = RtspSource(url + "cam")
+        info = source.open()
+        whep = WhepOutput(info.width, info.height, port=0, sound=source.audio)
+        whep.open()
+        done: dict = {}
+        runner = threading.Thread(target=lambda: done.update(rep=run_live(job, source, FanoutSink([whep]), "whep",
+                                                                          duration=seconds + 6).report))
+        runner.start()
+
+        async def watch() -> dict | None:
+            viewer = await whep_view(f"{whep.url}whep", audio=True)
+            try:
+                video = await asyncio.wait_for(viewer.remote, 30)
+                audio = await asyncio.wait_for(viewer.remote_audio, 30)
+                return _offset((await read_webrtc_sync(viewer.pc, video, audio, seconds)).offsets(skip_s=1.0))
+            finally:
+                await viewer.close()
+
+        offset = asyncio.run(watch())
+        runner.join(60)
+        out["whep"] = {"latency": done["rep"]["latency"], "av_offset": offset,
+                       "video_hold_ms": round(whep.video_hold_s * 1000, 1)}
+    finally:
+        publisher.stop()
+        relay.kill()
+        relay.wait(5)
+    return out
+
+
+def report_rtsp(rep: dict) -> None:
+    print(f"{'RTSP camera':>16}: read directly{_sync(rep['camera_av_offset'])}")
+    for key, name in (("rtsp_out", "-> RTSP out"), ("whep", "-> WHEP viewer")):
+        lat = rep[key]["latency"]
+        print(f"{name:>16}: latency p50 {lat['p50_ms']:.0f} ms p95 {lat['p95_ms']:.0f} ms"
+              f"{_sync(rep[key]['av_offset'])}", flush=True)
+
+
 def _offset(offsets: list[float]) -> dict | None:
     """Beep minus flash (ms) over the flashes read: median and extremes."""
     if not offsets:
@@ -290,9 +382,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--faces", choices=["1", "6", "both"], default="both")
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--via", choices=["vcam", "webrtc", "whip", "both"], default="both",
+    ap.add_argument("--via", choices=["vcam", "webrtc", "whip", "rtsp", "both"], default="both",
                     help="to a virtual camera, through WebRTC on loopback, or both (default); whip: "
-                         "published through WHIP (swapped video back) and watched by a WHEP viewer")
+                         "published through WHIP (swapped video back) and watched by a WHEP viewer; "
+                         "rtsp: an RTSP camera with sound to RTSP out and to a WHEP viewer (A/V offsets)")
     ap.add_argument("--config", default="fast", help="preset (default: fast)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                     help="override a config field, e.g. --set detect.background=false (repeatable)")
@@ -307,6 +400,12 @@ def main() -> int:
         cv2.imwrite(source, astronaut())
         job = SwapJob(load_config(args.config, args.overrides), [source])
         job.open()
+        if args.via == "rtsp":
+            results["rtsp"] = run_rtsp(job, args.sync_seconds or 6.0)
+            report_rtsp(results["rtsp"])
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+            return 0
         clips = bench_clips(tmp, args.faces, args.seconds)
         if args.via != "vcam":
             job.share()  # the server's peers share the models, as in `facestream serve`
