@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 MAX_HOLD_S = 1.0  # beyond any latency a live run keeps; a picture later than this is a stall
+PLAYOUT_FRAMES = 30  # pictures (a second at 30 fps) the playout delay is taken over
+PLAYOUT_QUANTILE = 0.9
 LATE_PIECES = 100  # how many of the latest pieces `AudioBus.lateness` looks at (a second of 10 ms)
 
 
@@ -129,3 +131,32 @@ class AudioBus:
             delays = list(self._delays)
         for delay in delays:
             delay.push(captured, frame)
+
+
+class PlayoutDelay:
+    """D, the one delay from capture to leaving that a network output with sound gives its
+    pictures and its sound alike: the 90th percentile of the pictures' latency (capture to
+    ready to send) over the last `PLAYOUT_FRAMES`, or more when the sound needs it
+    (`at_least`), at most `max_s`.
+
+    Holding the sound by the last picture's latency instead sends it early whenever a
+    picture takes longer than the one before it (a detection, a busy core): the sound
+    cannot know. With D, a picture ready sooner waits until capture + D (a few ms: the
+    spread of the latency), and only a picture later than D leaves late."""
+
+    def __init__(self, max_s: float = 0.5) -> None:
+        self.max_s = max_s
+        self._recent: deque[float] = deque(maxlen=PLAYOUT_FRAMES)
+        self._lock = threading.Lock()
+        self.at_least = 0.0  # what the sound needs (see AudioBus.lateness)
+
+    def frame(self, latency: float) -> None:
+        """A picture was ready `latency` seconds after its capture."""
+        with self._lock:
+            self._recent.append(latency)
+
+    def seconds(self) -> float:
+        with self._lock:
+            recent = sorted(self._recent)
+        q = recent[min(len(recent) - 1, int(PLAYOUT_QUANTILE * len(recent)))] if recent else 0.0
+        return min(max(q, self.at_least), self.max_s)

@@ -9,12 +9,13 @@ event loop in a thread, opened with the sink and closed with it.
 
 With `sound` (a live source's sound on its AudioBus: an RTSP camera's, a clip's), a viewer
 that offers to receive audio gets it on its own track. Sound and pictures leave on one
-clock, their capture times: both captured at t leave at t + D. D is the latency (capture
-to this sink) of the last frame written, or, when the source's sound reaches us later than
-that allows (a camera sends a sound only after recording it, often after its pictures),
-how late it comes plus one packet and the encoder's look-ahead; then the pictures are held
-back to t + D (on the server's loop, never in the pipeline's thread), at most
-`MAX_VIDEO_HOLD_S`. A viewer receives them as they were captured, in step.
+clock, their capture times: both captured at t leave at t + D (`PlayoutDelay`): D is the
+90th percentile of the pictures' recent latency (capture to this sink), or, when the
+source's sound reaches us later than that allows (a camera sends a sound only after
+recording it, often after its pictures), how late it comes plus one packet and the
+encoder's look-ahead; at most `MAX_VIDEO_HOLD_S`. A picture ready before t + D waits for
+it on the server's loop (never in the pipeline's thread). While no viewer takes the
+sound, pictures leave as soon as they are ready.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from stream.errors import SinkError, StreamError
-from stream.media.audio_delay import AudioBus
+from stream.media.audio_delay import AudioBus, PlayoutDelay
 from stream.media.clock import VIDEO_TIME_BASE
 from stream.media.convert import YuvFramer
 from stream.runtime.slot import Slot
@@ -82,6 +83,7 @@ class WhepOutput:
         self.latency_s = 0.0  # of the last frame written (capture to this sink)
         self.sound = sound
         self.video_hold_s = 0.0  # how long the last picture was held back for its sound
+        self.playout = PlayoutDelay(MAX_VIDEO_HOLD_S)
         if sound is not None and sound.format is not None:  # the source has sound
             self.relay.sound = SoundFeed(sound, self.delay_s)
         self.url = ""
@@ -104,13 +106,14 @@ class WhepOutput:
             await viewer.close()
 
     def delay_s(self) -> float:
-        """D: from capture to leaving, for pictures and sound alike (see the module's text)."""
+        """D: from capture to leaving, for pictures and sound alike (see the module's text);
+        the last frame's latency while nobody listens to the sound."""
         sound = self.sound
         if sound is None or not sound.listeners:
             return self.latency_s
         late = sound.lateness()
-        needed = -1.0 if late is None else late + PACKET_S + ENCODER_AHEAD_S
-        return max(self.latency_s, min(needed, MAX_VIDEO_HOLD_S))
+        self.playout.at_least = -1.0 if late is None else late + PACKET_S + ENCODER_AHEAD_S
+        return self.playout.seconds()
 
     # -- the sink -------------------------------------------------------------------
 
@@ -177,6 +180,7 @@ class WhepOutput:
             return
         now = time.monotonic()
         self.latency_s = max(0.0, now - slot.capture_time)
+        self.playout.frame(self.latency_s)
         due = slot.capture_time + self.delay_s()
         loop = self._loop
         if due - now < 0.001 or loop is None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from stream.config import EncodeConfig
 from stream.errors import SinkError, reason_of
-from stream.media.audio_delay import AudioDelay
+from stream.media.audio_delay import AudioDelay, PlayoutDelay
 from stream.media.backoff import backoff_delay
 from stream.media.clock import VIDEO_TIME_BASE
 from stream.media.close import close_quietly
@@ -52,9 +52,10 @@ class RtspSink:
 
     `audio` (the source's sound, 48 kHz stereo s16, through its delay line): published as
     Opus beside the video (a second stream in the ANNOUNCE), timed on the same capture
-    clock. The writer measures each frame's latency (capture to sent, the encoder and the
-    queue included) and sends sound captured at t at t + that latency, so the sound leaves
-    when its picture does.
+    clock. Pictures and sound leave on that clock: both captured at t are sent at t + D
+    (`PlayoutDelay`: the 90th percentile of the frames' latency to this sink; a frame
+    written sooner waits in the writer, the sound going on meanwhile), the sound a little
+    later by the encoder's time, so a picture and its sound reach the server together.
     Sound never waits for a picture: frames dropped or a stall change nothing for it.
     """
 
@@ -63,7 +64,8 @@ class RtspSink:
                  audio: AudioDelay | None = None) -> None:
         self.url = url
         self.audio = audio
-        self._latency = 0.0  # of the last frame written: how long its sound is held
+        self._playout = PlayoutDelay()  # D: capture to sent, pictures and sound alike (with sound)
+        self._encode_s = 0.0  # how long the last frame took to encode and send
         self._audio_next: int | None = None  # pts (1/48000) where the sound sent so far ends
         self.audio_frames_sent = 0
         self.width, self.height = width, height
@@ -169,6 +171,8 @@ class RtspSink:
             self._t0 = slot.capture_time
         pts = max(round((slot.capture_time - self._t0) / VIDEO_TIME_BASE), self._last_pts + 1)
         self._last_pts = pts
+        if self.audio is not None:
+            self._playout.frame(max(0.0, time.monotonic() - slot.capture_time))
         if self._link is None or self._closing.is_set() or self._queue.full():
             self._count_dropped(1)
             return
@@ -188,7 +192,7 @@ class RtspSink:
         if self.audio is None or t0 is None:
             return []
         sound: list[av.AudioFrame] = []
-        for when, samples in self.audio.release_due(time.monotonic(), self._latency):
+        for when, samples in self.audio.release_due(time.monotonic(), self._playout.seconds() + self._encode_s):
             n = samples.shape[1] // 2
             pts = round((when - t0) * AUDIO_RATE)
             if self._audio_next is not None and abs(pts - self._audio_next) <= AUDIO_GAP_S * AUDIO_RATE:
@@ -203,13 +207,9 @@ class RtspSink:
             self._audio_next = pts + n
         return sound
 
-    def _sent_latency(self, frame: av.VideoFrame) -> None:
-        """The latency of the frame just sent, capture to sent (encoded and handed to the
-        server): what its sound is held back by. Measured here, not as the frame was
-        queued, so the encoder's time (longer on a loaded machine) holds the sound too."""
-        if self._t0 is not None and frame.pts is not None:
-            captured = self._t0 + float(frame.pts * VIDEO_TIME_BASE)
-            self._latency = max(0.0, time.monotonic() - captured)
+    def _captured(self, frame: av.VideoFrame) -> float:
+        assert self._t0 is not None
+        return self._t0 + float((frame.pts or 0) * VIDEO_TIME_BASE)
 
     def _count_dropped(self, n: int) -> None:
         if n:
@@ -230,6 +230,8 @@ class RtspSink:
         lost connection is retried with backoff, never raised; the connection is closed
         and what is left in the queue is counted as dropped on the way out."""
         attempt = 0
+        held: av.VideoFrame | None = None  # a frame waiting for capture + D (with sound)
+        wait = 0.0
         try:
             while not self._stop.is_set():
                 link = self._link
@@ -240,17 +242,24 @@ class RtspSink:
                     if self._reconnect():
                         attempt = 0
                     continue
-                frame: av.VideoFrame | None = None
-                try:
-                    frame = self._queue.get(timeout=0.1 if self.audio is None else AUDIO_TICK_S)
-                except queue.Empty:
-                    if self._closing.is_set():
-                        break
+                frame, held = held, None
+                if frame is None:
+                    try:
+                        frame = self._queue.get(timeout=0.1 if self.audio is None else AUDIO_TICK_S)
+                    except queue.Empty:
+                        if self._closing.is_set():
+                            break
                 started = time.monotonic()
+                if frame is not None and self.audio is not None and not self._closing.is_set():
+                    wait = self._captured(frame) + self._playout.seconds() - started
+                    if wait > 0.001:  # ready before capture + D: it waits, the sound goes on
+                        held, frame = frame, None
                 try:
                     if frame is not None:
                         link.send(frame, self.send_timeout)
-                        self._sent_latency(frame)
+                        self._encode_s = time.monotonic() - started
+                    elif held is not None:
+                        self._stop.wait(min(wait, AUDIO_TICK_S))
                     sound = self._due_sound()
                     if sound and link.sound is not None:
                         link.send_sound(sound, self.send_timeout)
@@ -278,6 +287,7 @@ class RtspSink:
                     self._lost_since = None
             if link is not None:
                 link.close()
+            self._count_dropped(int(held is not None))
             self._discard_queued()
 
     def _lose(self, link: _Link, why: str, since: float) -> None:

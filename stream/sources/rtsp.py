@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from fractions import Fraction
 
@@ -33,6 +34,39 @@ _Opened = tuple["av.container.InputContainer", Iterator["av.VideoFrame"], "av.Vi
 AUDIO_RATE = 48000
 AUDIO_LAYOUT = "stereo"
 AUDIO_PIECE = AUDIO_RATE // 100  # handed on in 10 ms pieces (as WebRTC does): fine-grained delays
+CLOCK_FRAMES = 90  # video frames (3 s at 30 fps) the stream clock's offset is the least over
+
+
+class StreamClock:
+    """The stream's own timestamps on the capture clock (time.monotonic()): capture time =
+    stream time + offset, the offset being the least (read time - stream time) over the
+    last `CLOCK_FRAMES` video frames, i.e. that of the frame that reached us soonest.
+
+    A frame read late (the network, the demuxer, a busy machine) is stamped when it was
+    due, not when it was read, and the sound, stamped by the same offset, keeps exactly the
+    offset to the pictures that the stream's timestamps give (RTCP-synchronised by FFmpeg's
+    RTSP client), whatever order and delay the two arrived in."""
+
+    def __init__(self) -> None:
+        self._offsets: deque[float] = deque(maxlen=CLOCK_FRAMES)
+        self.offset: float | None = None
+
+    def reset(self) -> None:
+        """A new connection: a new stream clock."""
+        self._offsets.clear()
+        self.offset = None
+
+    def video(self, stream_time: float, now: float) -> float:
+        """The capture time of a video frame of `stream_time` read at `now` (never later)."""
+        self._offsets.append(now - stream_time)
+        self.offset = min(self._offsets)
+        return stream_time + self.offset
+
+    def sound(self, stream_time: float | None, now: float) -> float:
+        """The capture time of sound of `stream_time` (`now` before any picture)."""
+        if self.offset is None or stream_time is None:
+            return now
+        return stream_time + self.offset
 
 
 class RtspSource:
@@ -46,11 +80,10 @@ class RtspSource:
     after `give_up_after` seconds without a frame it ends with an error. A changed picture
     size after a reconnect is scaled to the pipeline's size.
 
-    The stream's first audio track (any codec FFmpeg decodes), when it has one, is decoded
-    to 48 kHz stereo s16 and put on `audio` (an AudioBus) stamped on the video's capture
-    clock: an audio frame's capture time is its stream time plus the offset between the
-    latest video frame's stream time and capture time, so the sound keeps the stream's own
-    sync with the picture.
+    Frames and sound are stamped by the stream's own timestamps, put on the capture clock
+    (`StreamClock`). The stream's first audio track (any codec FFmpeg decodes), when it has
+    one, is decoded to 48 kHz stereo s16 and put on `audio` (an AudioBus) stamped the same
+    way, so the sound keeps the stream's own sync with the picture.
     """
 
     def __init__(self, url: str, transport: str = "tcp", open_timeout: float = 10.0,
@@ -76,7 +109,7 @@ class RtspSource:
         self._lock = threading.Lock()
         self.audio = AudioBus()
         self._resampler: av.AudioResampler | None = None
-        self._offset: float | None = None  # capture time - stream time of the latest video frame
+        self.stream_clock = StreamClock()
 
     @property
     def name(self) -> str:
@@ -84,13 +117,13 @@ class RtspSource:
 
     def _demuxed(self, container: av.container.InputContainer, video: av.VideoStream) -> Iterator[av.VideoFrame]:
         """The video frames of `container`; its first audio track's frames go to `audio`."""
+        self.stream_clock.reset()  # a new connection: a new stream clock
         sound = container.streams.audio[0] if container.streams.audio else None
         if sound is None:
             yield from container.decode(video)
             return
         self.audio.format = AudioFormat(AUDIO_RATE, 2)
         self._resampler = av.AudioResampler(format="s16", layout=AUDIO_LAYOUT, rate=AUDIO_RATE)
-        self._offset = None  # a new connection: a new stream clock
         for packet in container.demux(video, sound):
             if packet.stream is sound:
                 self._on_audio(packet)
@@ -111,7 +144,7 @@ class RtspSource:
                 samples = out.to_ndarray()  # (1, 2 * n) interleaved s16
                 for start in range(0, out.samples, AUDIO_PIECE):
                     piece = samples[:, 2 * start:2 * (start + AUDIO_PIECE)]
-                    captured = now if (self._offset is None or stream_time is None) else stream_time + self._offset
+                    captured = self.stream_clock.sound(stream_time, now)
                     self.audio.push(captured, piece)
                     if stream_time is not None:
                         stream_time += piece.shape[1] / 2 / AUDIO_RATE
@@ -268,9 +301,8 @@ class RtspSource:
             if self._i420 is None or self._i420.shape != (image.shape[0] * 3 // 2, image.shape[1]):
                 self._i420 = np.empty((image.shape[0] * 3 // 2, image.shape[1]), np.uint8)
             convert_into(frame, image, self._i420)  # scales a stream that changed size
-            self.clock.stamp(slot)
-            if frame.time is not None:
-                self._offset = slot.capture_time - frame.time
+            now = time.monotonic()
+            self.clock.stamp(slot, now if frame.time is None else self.stream_clock.video(frame.time, now))
             return True
 
     def stop(self) -> None:
