@@ -233,3 +233,35 @@ def test_a_clip_played_as_the_camera_gives_whep_viewers_its_sound_in_sync(source
     offsets = reading.offsets(skip_s=1.0)  # type: ignore[attr-defined]
     assert len(offsets) >= 3, f"WHEP viewer: flashes {reading.flashes}, beeps {reading.beeps}"  # type: ignore[attr-defined]
     assert abs(statistics.median(offsets)) <= BOUND_S, f"WHEP viewer: beep - flash offsets {offsets}"
+
+
+def test_rtsp_frames_and_sound_are_stamped_on_the_streams_own_clock() -> None:
+    """A frame read 40 ms late (a busy machine, the network) is stamped when it was due, by
+    the stream's timestamps, and the sound between with it: their offset is the stream's,
+    not how late each was read. The offset follows the frame that reached us soonest."""
+    from stream.sources.rtsp import StreamClock
+
+    clock = StreamClock()
+    assert clock.sound(5.0, 99.0) == 99.0  # before any picture: when it came
+    assert clock.video(0.0, 100.0) == 100.0
+    late = clock.video(1 / 30, 100.0 + 1 / 30 + 0.04)
+    assert abs(late - (100.0 + 1 / 30)) < 1e-9
+    assert abs(clock.sound(1 / 30 + 0.01, 100.2) - (100.0 + 1 / 30 + 0.01)) < 1e-9
+    assert abs(clock.video(2 / 30, 100.0 + 2 / 30 - 0.005) - (100.0 + 2 / 30 - 0.005)) < 1e-9  # sooner: the new offset
+    clock.reset()
+    assert clock.sound(0.5, 7.0) == 7.0
+
+
+def test_the_playout_delay_covers_the_slow_pictures_and_late_sound() -> None:
+    """D is the 90th percentile of the pictures' recent latency (a slow picture every tenth
+    does not leave after its sound), raised to what late sound needs, bounded."""
+    from stream.media.audio_delay import PlayoutDelay
+
+    delay = PlayoutDelay(max_s=0.5)
+    for i in range(30):
+        delay.frame(0.060 if i % 5 == 0 else 0.020)  # one picture in five takes 60 ms
+    assert abs(delay.seconds() - 0.060) < 1e-9
+    delay.at_least = 0.2
+    assert delay.seconds() == 0.2
+    delay.at_least = 3.0
+    assert delay.seconds() == 0.5
