@@ -158,3 +158,35 @@ def test_the_sound_never_holds_the_pictures_and_its_memory_is_bounded() -> None:
     got = asyncio.run(run())
     assert got["taken"] == 200 and got["sent"] == 0
     assert got["held"] <= 11 and got["expired"] >= 189, got  # 0.2 s of 20 ms pieces, the rest let go
+
+
+def test_the_sound_sent_stays_continuous_when_its_stamps_jitter() -> None:
+    """Pieces of 10 ms, two at a time every 20 ms (as an RTSP camera's 20 ms packets are cut
+    up), whose stamps jitter by up to 8 ms (mapped through its pictures' arrival): every
+    sample goes out, in whole 20 ms packets with continuous timestamps (none skipped ahead
+    with the stamps, which a receiver hears as lost sound); a real hole (60 ms missing) is
+    sent as silence, keeping the timing after it."""
+    async def run() -> tuple[list[int], float]:
+        bus = AudioBus()
+        sound = DelayedSoundTrack(bus.subscribe(), lambda: 0.03)
+        rng = np.random.default_rng(1)
+        start = time.monotonic() + 0.05
+
+        async def camera() -> None:
+            for k in range(0, 120, 2):
+                await asyncio.sleep(max(0.0, start + k * 0.01 - 0.02 - time.monotonic()))
+                for j in (k, k + 1):
+                    if not 50 <= j < 56:  # 60 ms lost on the way
+                        jitter = float(rng.uniform(-0.008, 0.008))
+                        bus.push(start + j * 0.01 + jitter, np.full((1, 960), j + 1, np.int16))
+
+        feeding = asyncio.ensure_future(camera())
+        frames = [await asyncio.wait_for(sound.recv(), 1.0) for _ in range(55)]
+        await feeding
+        sound.stop()
+        assert all(f.samples == 960 for f in frames)
+        return [int(f.pts) for f in frames], sound.silence_s
+
+    pts, silence = asyncio.run(run())
+    assert pts == [960 * i for i in range(55)], pts  # continuous: 114 pieces and 60 ms of silence
+    assert abs(silence - 0.06) < 0.012, silence

@@ -74,6 +74,7 @@ class DelayedSoundTrack(MediaStreamTrack):
         self._pieces: deque[np.ndarray] = deque()  # interleaved (1, 2n) s16, continuous
         self._count = 0  # samples (per channel) in _pieces
         self._start: float | None = None  # the capture time of the first sample in _pieces
+        self._end: float | None = None  # ... and of the sample after the last
         self._t0: float | None = None  # the capture time of pts 0
         self._pts = 0  # pts of the first sample in _pieces
         self.frames_sent = 0
@@ -107,20 +108,20 @@ class DelayedSoundTrack(MediaStreamTrack):
             self.bus.unsubscribe(self.delay)
 
     def _add(self, when: float, samples: np.ndarray) -> None:
-        """Append a piece captured at `when` to the timeline."""
+        """Append a piece captured at `when` to the timeline. The timeline runs on the
+        sound's own samples: a piece stamped within `GAP_S` of where the sound so far ends
+        continues it (stamps jitter), a hole is filled with silence, an overlap is cut."""
         n = samples.shape[1] // 2
-        if self._start is not None and when - (self._start + self._count / RATE) > MAX_SILENCE_S:
-            # Sound stopped for long (the delay line let it go): what is left is stale.
-            self._pts += self._count
+        end = self._end
+        if end is None or when - end > MAX_SILENCE_S:  # the first sound, or after a long stop
+            self._pts += self._count  # what is left (stale) is let go
             self._pieces.clear()
-            self._count, self._start = 0, None
-        if self._start is None:
+            self._count = 0
             if self._t0 is None:
                 self._t0 = when
-            self._start = when
             self._pts = max(self._pts, round((when - self._t0) * RATE))
+            self._start = end = when
         else:
-            end = self._start + self._count / RATE
             gap = round((when - end) * RATE)
             if gap > GAP_S * RATE:  # a hole: silence up to this piece
                 self._pieces.append(np.zeros((1, 2 * gap), np.int16))
@@ -133,6 +134,8 @@ class DelayedSoundTrack(MediaStreamTrack):
                     return
         self._pieces.append(samples)
         self._count += n
+        assert self._start is not None
+        self._end = self._start + self._count / RATE
 
     def _packet(self) -> av.AudioFrame:
         """The next PACKET samples as a frame, timed by their first sample's capture."""
@@ -156,6 +159,6 @@ class DelayedSoundTrack(MediaStreamTrack):
         frame.time_base = Fraction(1, RATE)
         self._pts += PACKET
         self._count -= PACKET
-        self._start = self._start + PACKET / RATE if self._count else None
+        self._start += PACKET / RATE
         self.frames_sent += 1
         return frame
