@@ -88,7 +88,7 @@ def test_rtsp_sound_reaches_live_whep_viewers_in_sync(relay: Relay, source_photo
     The camera read directly gives +14-15 ms. Sound sent in 10 ms pieces as each came due
     gave +39-50 ms (aiortc's encoder sends a 20 ms packet once its second piece is there,
     and a receiver plays a packet from its arrival); sent in whole packets timed by their
-    first sample, pictures and sound both leaving at capture + D: +18-28 ms."""
+    first sample, pictures and sound both leaving at capture + D: +15-28 ms."""
     import asyncio
 
     from stream.server.whip_client import whep_view
