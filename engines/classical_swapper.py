@@ -199,6 +199,7 @@ def place_forehead(target: Landmarks68, source: Points) -> Points:
 _CHEEKS = np.array([2, 3, 13, 14, 29, 31, 35])  # a polygon of bare skin on any face
 _FOREHEAD_START = 0.04  # brows-to-chin fractions above the brow before skin is looked for
 _FOREHEAD_STEP = 0.01
+_OPEN_KERNEL = np.ones((3, 3), np.uint8)
 
 
 def _skin_tolerance(std: np.ndarray) -> np.ndarray:
@@ -206,34 +207,65 @@ def _skin_tolerance(std: np.ndarray) -> np.ndarray:
     return np.maximum(np.array([14.0, 6.0, 6.0]), 1.5 * np.asarray(std, np.float64).ravel())
 
 
+def _clip_rect(x0: int, y0: int, x1: int, y1: int, w: int, h: int) -> tuple[int, int, int, int]:
+    return max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
+
+
 def keep_target_hair(roi: ImageBGR, landmarks: Points, masks: FaceMasks, radius: int) -> FaceMasks:
     """The masks, narrowed above the brows to where the target shows skin (colour near its
     cheeks'): a fringe or a hat over the target's forehead stays in front of the swap. Inside
-    the 68 points' hull nothing changes. `radius` softens the cut's edge."""
+    the 68 points' hull nothing changes. `radius` softens the cut's edge.
+
+    Only the band the masks cover outside the 68 points' hull (the forehead) can change, so
+    the skin test, its softening and the fade are computed on that band's bounding box (plus
+    the blur's reach) and the cheeks' colour on the cheeks' box: the same masks as over the
+    whole region, at a fraction of the cost."""
     h, w = roi.shape[:2]
-    cheeks = np.zeros((h, w), np.uint8)
-    cv2.fillConvexPoly(cheeks, np.round(landmarks[_CHEEKS]).astype(np.int32), 255)
-    if cv2.countNonZero(cheeks) < 16:
-        return masks
-    ycc = cv2.cvtColor(roi, cv2.COLOR_BGR2YCrCb)
-    mean, std = cv2.meanStdDev(ycc, mask=cheeks)
-    tol = _skin_tolerance(std)
-    lo, hi = mean.ravel() - tol, mean.ravel() + tol
-    keep = cv2.inRange(ycc, tuple(float(v) for v in lo), tuple(float(v) for v in hi))
     inner = np.zeros((h, w), np.uint8)
     cv2.fillConvexPoly(inner, cv2.convexHull(np.round(landmarks[:68]).astype(np.int32)), 255)
-    cv2.max(keep, inner, dst=keep)
+    # Where either mask is set outside the hull: the only pixels this function may change.
+    outside_hull = cv2.subtract(cv2.max(masks.alpha, masks.core), inner)
+    bx, by, bw, bh = cv2.boundingRect(outside_hull)
+    if bw == 0 or bh == 0:
+        return masks
+    cheek_poly = np.round(landmarks[_CHEEKS]).astype(np.int32)
+    cx, cy, cw, ch = cv2.boundingRect(cheek_poly)
+    cx0, cy0, cx1, cy1 = _clip_rect(cx, cy, cx + cw, cy + ch, w, h)
+    if cx1 <= cx0 or cy1 <= cy0:
+        return masks
+    cheeks = np.zeros((cy1 - cy0, cx1 - cx0), np.uint8)
+    cv2.fillConvexPoly(cheeks, cheek_poly - np.array([cx0, cy0], np.int32), 255)
+    if cv2.countNonZero(cheeks) < 16:
+        return masks
+    ycc_cheeks = cv2.cvtColor(roi[cy0:cy1, cx0:cx1], cv2.COLOR_BGR2YCrCb)
+    mean, std = cv2.meanStdDev(ycc_cheeks, mask=cheeks)
+    tol = _skin_tolerance(std)
+    lo, hi = mean.ravel() - tol, mean.ravel() + tol
+
     k = 2 * max(radius, 1) + 1
-    keep = cv2.morphologyEx(keep, cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
+    # The opening (3x3) and the blur reach k // 2 + 2 pixels: with that margin the band's box
+    # gets exactly the values a whole-region pass gives it.
+    pad = k // 2 + 2
+    x0, y0, x1, y1 = _clip_rect(bx - pad, by - pad, bx + bw + pad, by + bh + pad, w, h)
+    ycc = cv2.cvtColor(roi[y0:y1, x0:x1], cv2.COLOR_BGR2YCrCb)
+    keep = cv2.inRange(ycc, tuple(float(v) for v in lo), tuple(float(v) for v in hi))
+    inner_box = inner[y0:y1, x0:x1]
+    cv2.max(keep, inner_box, dst=keep)
+    keep = cv2.morphologyEx(keep, cv2.MORPH_OPEN, _OPEN_KERNEL)
     soft = cv2.GaussianBlur(keep, (k, k), 0)
     # Past the brows the swap fades out over the forehead band's height: the source's forehead
     # meets the target's hairline or light as a gradient, never as a strip with an edge.
     band = max(float(np.linalg.norm(landmarks[68:].mean(axis=0) - landmarks[BROWS].mean(axis=0))), 1.0)
-    outside = cv2.distanceTransform(cv2.bitwise_not(inner), cv2.DIST_L2, 3)
+    outside = cv2.distanceTransform(cv2.bitwise_not(inner_box), cv2.DIST_L2, 3)
     fade = cv2.convertScaleAbs(outside, alpha=-255.0 / band, beta=255.0)
     cv2.min(soft, fade, dst=soft)
-    cv2.max(soft, inner, dst=soft)
-    return FaceMasks(alpha=cv2.min(masks.alpha, soft), core=cv2.min(masks.core, keep))
+    cv2.max(soft, inner_box, dst=soft)
+    alpha, core = masks.alpha.copy(), masks.core.copy()
+    sub = alpha[y0:y1, x0:x1]
+    cv2.min(sub, soft, dst=sub)
+    sub = core[y0:y1, x0:x1]
+    cv2.min(sub, keep, dst=sub)
+    return FaceMasks(alpha=alpha, core=core)
 
 
 def measure_forehead(image: ImageBGR, landmarks: Landmarks68, reach: float) -> npt.NDArray[np.float32]:
