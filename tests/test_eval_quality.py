@@ -65,7 +65,7 @@ def test_an_untouched_output_measures_as_untouched(short_clip, short_ref, tmp_pa
     r = short_ref.compare(copy, "none")
     assert r.frames == 8 and r.faces == 2  # frames 0 and 4, one face each
     assert r.landmark_shift == 0.0
-    assert r.flicker == 1.0
+    assert r.flicker == 1.0 and r.jitter == 1.0
     assert r.nonface_swaps == 0 and r.patch_hits == {}
     assert r.swapped == 0.0 and r.closer == 0.0
     assert r.dist_after == pytest.approx(r.dist_before)
@@ -123,6 +123,62 @@ def test_flicker_inside_the_face_box_raises_the_ratio(short_clip, short_ref, tmp
     write_clip(out, frames, audio=False, crf=18)
     r = short_ref.compare(out)
     assert r.flicker is not None and r.flicker > 1.5
+
+
+def _moving_face_clips(tmp_path: Path, jitter_px: float) -> tuple[Path, Path, ClipTruth]:
+    """The astronaut panning (sub-pixel steps, a slight zoom) and an output where her face is
+    replaced by a mirrored one that moves with it, each frame of the output shifted at random
+    by up to `jitter_px` pixels."""
+    source = astronaut()
+    fx0, fy0, fx1, fy1 = 179, 83, 267, 171
+    mirrored = source.copy()
+    mirrored[fy0:fy1, fx0:fx1] = source[fy0:fy1, fx0:fx1][:, ::-1]
+    mask = np.zeros(source.shape[:2], np.float32)
+    mask[fy0 + 8:fy1 - 8, fx0 + 8:fx1 - 8] = 1.0
+    mask = cv2.GaussianBlur(mask, (0, 0), 4)[..., None]  # a feathered paste, as a swap's
+    swapped = (mask * mirrored + (1 - mask) * source).astype(np.uint8)
+    rng = np.random.default_rng(3)
+    frames_in, frames_out, truths = [], [], []
+    for i in range(12):
+        s = 1.0 + 0.004 * i
+        tx, ty = -110 + 0.7 * i, -40 + 0.45 * i
+        m = np.float32([[s, 0, tx], [0, s, ty]])
+        frames_in.append(cv2.warpAffine(source, m, (320, 240), flags=cv2.INTER_LINEAR))
+        moved = m.copy()
+        moved[:, 2] += rng.uniform(-jitter_px, jitter_px, 2)
+        frames_out.append(cv2.warpAffine(swapped, moved, (320, 240), flags=cv2.INTER_LINEAR))
+        box = (fx0 * s + tx, fy0 * s + ty, fx1 * s + tx, fy1 * s + ty)
+        truths.append(FrameTruth((box,)))
+    write_clip(tmp_path / "in.mp4", frames_in, audio=False, crf=18)
+    write_clip(tmp_path / "out.mp4", frames_out, audio=False, crf=18)
+    return tmp_path / "in.mp4", tmp_path / "out.mp4", ClipTruth("t", "", 30, (320, 240), "s.png", tuple(truths))
+
+
+@pytest.mark.parametrize("jitter_px", [0.0, 1.0])
+def test_jitter_is_change_the_input_motion_does_not_explain(models: Models, tmp_path: Path,
+                                                           jitter_px: float) -> None:
+    """A swapped face that follows the input's motion measures ~1.0; the same face shifted at
+    random each frame measures well above it."""
+    inp, out, truth = _moving_face_clips(tmp_path, jitter_px)
+    r = Reference(models, astronaut(), inp, truth, sample_every=6).compare(out)
+    assert r.jitter is not None
+    if jitter_px == 0.0:
+        assert 0.85 < r.jitter < 1.2
+    else:
+        assert r.jitter > 2.0  # a pixel of jitter (flicker barely moves: ~1.0)
+
+
+def test_jitter_motion_is_found_from_the_input() -> None:
+    image = astronaut()
+    m = np.float64([[0.99, -0.02, -101.3], [0.02, 0.99, -37.6]])
+    prev = cv2.warpAffine(image, np.float64([[1, 0, -100], [0, 1, -40]]), (320, 240))
+    cur = cv2.warpAffine(image, m, (320, 240))
+    step = metrics.face_motion(prev, cur, (79.0, 43.0, 167.0, 131.0))
+    assert step is not None
+    # prev's (x, y) is the image's (x + 100, y + 40); cur shows it at m @ (x + 100, y + 40).
+    expected = m @ np.float64([[1, 0, 100], [0, 1, 40], [0, 0, 1]])
+    assert np.abs(step - expected)[:, :2].max() < 0.01 and np.abs(step - expected)[:, 2].max() < 0.5
+    assert metrics.face_motion(np.zeros_like(prev), np.zeros_like(cur), (79.0, 43.0, 167.0, 131.0)) is None
 
 
 def test_landmark_shift_is_in_interocular_units() -> None:

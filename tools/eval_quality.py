@@ -14,6 +14,8 @@ Columns: before/after (mean distance of dlib's 128-d embedding to the source pho
 by more than 0.02), <0.6 (share under 0.6 after), swapped (share of face samples changed at
 all), shift (mean distance of the output face's 68 landmarks from the input face's, in
 inter-ocular units), flicker (frame-to-frame change inside the face boxes, output / input),
+jitter (the same after moving each frame's predecessor by the motion the input shows in the
+face box, so only change that motion does not explain is left: output / input),
 seam (gradient along the swapped region's border, output / input at the same pixels),
 non-face (changed blobs wholly away from every face, summed over frames), overpaint (share
 of an occluder's pixels in front of a face that the swap changed). ArcFace distances are
@@ -45,6 +47,7 @@ COLUMNS = (("clip", "clip", "{}"), ("config", "config", "{}"), ("faces", "faces"
            ("dist_before", "before", "{:.3f}"), ("dist_after", "after", "{:.3f}"),
            ("closer", "closer", "{:.0%}"), ("under", "<0.6", "{:.0%}"), ("swapped", "swapped", "{:.0%}"),
            ("landmark_shift", "shift", "{:.3f}"), ("flicker", "flicker", "{:.2f}"),
+           ("jitter", "jitter", "{:.2f}"),
            ("seam", "seam", "{:.2f}"), ("nonface_swaps", "non-face", "{}"))
 OCCLUDER_COLUMNS = (("occluder_overpaint", "overpaint", "{:.0%}"),)
 ARC_COLUMNS = (("arc_before", "arc before", "{:.3f}"), ("arc_after", "arc after", "{:.3f}"),

@@ -109,6 +109,9 @@ class QualityReport:
     swapped: float | None = None  # share of face samples whose face changed at all
     landmark_shift: float | None = None  # input's to output's landmarks, inter-ocular units
     flicker: float | None = None  # output's frame-to-frame change in face boxes / input's
+    # What the input's own motion does not explain: each frame against the previous one moved
+    # by the motion the input shows in the face box, output / input (1.0: no added jitter).
+    jitter: float | None = None
     seam: float | None = None  # gradient along the swapped region's border: output / input
     nonface_swaps: int = 0  # changed blobs away from every face, summed over frames
     patch_hits: dict[str, int] = field(default_factory=dict)  # frames each named non-face was changed
@@ -171,6 +174,7 @@ class Reference:
         swapped: list[float] = []
         arc_swapped: list[bool] = []
         flicker_out = flicker_in = 0.0
+        jitter_out = jitter_in = 0.0
         seam_out: list[float] = []
         seam_in: list[float] = []
         strays = 0
@@ -196,6 +200,13 @@ class Reference:
                     if m_in is not None and m_out is not None:
                         flicker_in += m_in
                         flicker_out += m_out
+                    motion = metrics.face_motion(prev_in, inp, box)
+                    if motion is not None:
+                        j_in = metrics.compensated_change(prev_in, inp, motion, box)
+                        j_out = metrics.compensated_change(prev_out, out, motion, box)
+                        if j_in is not None and j_out is not None:
+                            jitter_in += j_in
+                            jitter_out += j_out
                 sample = self.samples.get((i, k))
                 if sample is None:
                     continue
@@ -240,6 +251,7 @@ class Reference:
                               for (b, a), w in zip(arc_pairs, arc_swapped)]),
             swapped=_mean(swapped), landmark_shift=_mean(shifts),
             flicker=(flicker_out / flicker_in if flicker_in > 0 else (1.0 if flicker_out == 0 else None)),
+            jitter=(jitter_out / jitter_in if jitter_in > 0 else (1.0 if jitter_out == 0 else None)),
             seam=(sum(seam_out) / sum(seam_in) if seam_in and sum(seam_in) > 0 else None),
             nonface_swaps=strays, patch_hits=hits,
             occluder_overpaint=_mean(overpaint))

@@ -51,6 +51,52 @@ def box_motion(prev: np.ndarray, cur: np.ndarray, box: Box) -> float | None:
     return float(np.abs(grey(cur[y0:y1, x0:x1]) - grey(prev[y0:y1, x0:x1])).mean())
 
 
+JITTER_BLUR = 1.0  # px (Gaussian sigma): what a re-encode or a sharper texture adds is not jitter
+MIN_TRACKED = 8  # corners followed from one input frame to the next to trust the motion found
+
+
+def face_motion(prev: np.ndarray, cur: np.ndarray, box: Box) -> npt.NDArray[np.float64] | None:
+    """The motion of what is inside `box` from `prev` to `cur` (input frames): a 2x3 similarity
+    (shift, scale, roll) fitted to corners followed by optical flow (checked backwards), or None
+    where too few corners could be followed."""
+    h, w = cur.shape[:2]
+    x0, y0, x1, y1 = clip_box(box, (w, h))
+    if x1 - x0 < 8 or y1 - y0 < 8:
+        return None
+    a, b = cv2.cvtColor(prev, cv2.COLOR_BGR2GRAY), cv2.cvtColor(cur, cv2.COLOR_BGR2GRAY)
+    mask = np.zeros((h, w), np.uint8)
+    mask[y0:y1, x0:x1] = 255
+    corners = cv2.goodFeaturesToTrack(a, 200, 0.01, 3, mask=mask)
+    if corners is None or len(corners) < MIN_TRACKED:
+        return None
+    fwd, ok1, _ = cv2.calcOpticalFlowPyrLK(a, b, corners, None, winSize=(15, 15), maxLevel=3)
+    back, ok2, _ = cv2.calcOpticalFlowPyrLK(b, a, fwd, None, winSize=(15, 15), maxLevel=3)
+    good = (ok1.ravel() == 1) & (ok2.ravel() == 1) & (np.linalg.norm(back - corners, axis=2).ravel() < 0.5)
+    if good.sum() < MIN_TRACKED:
+        return None
+    m, inliers = cv2.estimateAffinePartial2D(corners[good], fwd[good], method=cv2.RANSAC,
+                                             ransacReprojThreshold=1.0)
+    if m is None or inliers is None or inliers.sum() < MIN_TRACKED:
+        return None
+    return m.astype(np.float64)
+
+
+def compensated_change(prev: np.ndarray, cur: np.ndarray, motion: np.ndarray, box: Box) -> float | None:
+    """Mean absolute grey-level difference inside `box` between `cur` and `prev` moved by
+    `motion` (2x3, prev to cur): the change that motion does not explain (None if off-frame)."""
+    x0, y0, x1, y1 = clip_box(box, (cur.shape[1], cur.shape[0]))
+    if x1 <= x0 or y1 <= y0:
+        return None
+    shifted = motion.copy()
+    shifted[:, 2] -= (x0, y0)  # straight into the box's own coordinates
+    moved = cv2.warpAffine(grey(prev), shifted, (x1 - x0, y1 - y0), flags=cv2.INTER_LINEAR,
+                           borderMode=cv2.BORDER_REPLICATE)
+    here = grey(cur[y0:y1, x0:x1])
+    moved = cv2.GaussianBlur(moved, (0, 0), JITTER_BLUR)
+    here = cv2.GaussianBlur(here, (0, 0), JITTER_BLUR)
+    return float(np.abs(here - moved).mean())
+
+
 def changed_share(mask: Mask, box: Box) -> float:
     """The share of `box` (clipped to the frame) that changed; 0 for an off-frame box."""
     x0, y0, x1, y1 = clip_box(box, (mask.shape[1], mask.shape[0]))
