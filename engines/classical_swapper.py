@@ -42,11 +42,12 @@ REGION_MARGIN = 0.04  # target region margin, as a fraction of face size (plus 2
 MIN_FACE_PX = 4.0  # target faces with a landmark span below this are skipped
 # The source pyramid: levels 1/sqrt(2) apart, each area-averaged from the full-resolution crop,
 # down to this face size. A target samples the smallest level at least LEVEL_MARGIN times its
-# own size, so the warp's bilinear samples shrink it 1.5-2.1x: a 40 px face keeps the source's
+# own size, so the warp's bilinear samples shrink it 1.25-1.8x: a 40 px face keeps the source's
 # detail down to its own pixels. (pyrDown's 5x5 Gaussian levels, sampled at 1-2x, left 40 px
-# faces visibly soft: dlib distance 0.643 -> 0.615 on the suite's small clip.)
+# faces visibly soft. On the suite's small clip, margin 1.0 / 1.25 / 1.5 gave dlib distance
+# 0.641 / 0.630 / 0.627 and flicker 1.08 / 1.10 / 1.11: more detail, more visible jitter.)
 LEVEL_STEP = float(np.sqrt(2.0))
-LEVEL_MARGIN = 1.5
+LEVEL_MARGIN = 1.25
 MIN_LEVEL_PX = 16.0
 MAX_LEVELS = 12
 

@@ -16,7 +16,13 @@ import pytest
 from skimage import data
 
 from engines.blend import mouth_open_ratio, prepare_masks, transfer_color
-from engines.classical_swapper import ClassicalOptions, ClassicalSwapper, SourceFace, place_forehead
+from engines.classical_swapper import (
+    LEVEL_MARGIN,
+    ClassicalOptions,
+    ClassicalSwapper,
+    SourceFace,
+    place_forehead,
+)
 from engines.errors import EngineError
 from engines.face import INNER_LIPS, Face, SwapResult
 from engines.piecewise_affine import forward_warp, prepare_affines, prepare_triangulation
@@ -178,10 +184,11 @@ def test_source_pyramid_steps_down_by_sqrt2(astro, source):
         assert mesh.points.min() >= 0 and (mesh.points.max(axis=0) < mesh.image.shape[1::-1]).all()
         assert mesh.triangles is source.triangles
         assert source.sizes[k] == pytest.approx(source.sizes[0] / np.sqrt(2) ** k, rel=0.03)
-    # A target samples a level at least 1.5x its own size (or the full crop).
+    # A target samples the smallest level at least LEVEL_MARGIN x its own size (or the crop).
     assert source.level_for(source.sizes[0]) == 0
-    assert source.level_for(source.sizes[1] / 1.5) == 1
-    assert source.level_for(source.sizes[2] / 1.6) == 2
+    for k in (1, 2):
+        assert source.level_for(source.sizes[k] / LEVEL_MARGIN) == k
+        assert source.level_for(source.sizes[k] / LEVEL_MARGIN * 1.01) == k - 1
 
 
 @pytest.mark.parametrize("size", [40.0, 30.0])
