@@ -105,3 +105,39 @@ def test_detector_points_need_a_detector_that_finds_them() -> None:
     scene = Scene([])
     with pytest.raises(ConfigError, match="track.points 'detector' needs a detector that finds five points"):
         Tracker(Detector(scene), Landmarker(scene), None, DetectConfig(every=1), TrackConfig(points="detector"))
+
+
+def _errors(smoother: str, speed: float) -> dict[str, float]:
+    """Over the last 20 of 40 frames of a face panning at `speed` px a frame: the mean
+    distance of the smoothed landmarks' centre from the true centre (lag), and of the
+    smoothed and of the raw points from the true points (jitter)."""
+    scene = Scene([(200.0, 240.0, 120.0)])
+    tracker = Tracker(Detector(scene), Landmarker(scene), None, DetectConfig(every=1),
+                      TrackConfig(smoother=smoother))
+    errs: dict[str, list[float]] = {"centre": [], "points": [], "raw": []}
+    for i in range(40):
+        scene.faces = [(200.0 + speed * i, 240.0, 120.0)]
+        tracks = tracker.update(FRAME, i, i / 30)
+        true = TEMPLATE * 120 + np.float32([200.0 + speed * i, 240.0])
+        if i >= 20:
+            got = tracks[0].landmarks
+            errs["centre"].append(float(np.linalg.norm(got.mean(axis=0) - true.mean(axis=0))))
+            errs["points"].append(float(np.linalg.norm(got - true, axis=1).mean()))
+            errs["raw"].append(float(np.linalg.norm(tracks[0].raw - true, axis=1).mean()))
+    return {k: float(np.mean(v)) for k, v in errs.items()}
+
+
+def test_the_pose_smoother_follows_a_panning_face_without_the_one_euro_lag() -> None:
+    pose, one_euro = _errors("pose", 4.0)["centre"], _errors("one-euro", 4.0)["centre"]
+    assert pose < 0.5 * one_euro, (pose, one_euro)
+
+
+@pytest.mark.parametrize("smoother", ["pose", "one-euro"])
+def test_both_smoothers_still_a_still_face(smoother: str) -> None:
+    e = _errors(smoother, 0.0)
+    assert e["points"] < 0.75 * e["raw"], e
+
+
+def test_an_unknown_smoother_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="track.smoother"):
+        TrackConfig(smoother="kalman")

@@ -18,13 +18,12 @@ centre), so one setting fits faces of every size: the centre's in pixels scaled 
 size, the log-scale's in percent, the roll's in centiradians (1 moves the points at the
 face's size by 1%).
 
-Not wired into the tracker yet (Tracker._new_filter still makes a One-Euro filter). In its
-place, on tools/eval_quality.py's suite (dlib engine, default config), it cut the jitter
-column by 18-27% on the seven clips with moving faces (rotate 2.12 -> 1.56) and left the
-still face behind an occluder where it was (1.19 -> 1.19); identity moved by -0.008 to
-+0.0013 per clip, landmark shift by -0.004 to +0.005; a mouth opening is followed more
-slowly than by the One-Euro filter (0.7 px behind for about 8 frames). Not better on the
-still face, so left out for now.
+The tracker's default (`track.smoother: pose`). Against the One-Euro filter it replaced, on
+tools/eval_quality.py's suite (dlib engine, default config), it cut the jitter column by
+18-27% on the seven clips with moving faces (rotate 2.12 -> 1.56) and left the still face
+behind an occluder where it was (1.19 -> 1.19); identity moved by -0.008 to +0.0013 per
+clip, landmark shift by -0.004 to +0.005; a mouth opening is followed more slowly than by
+the One-Euro filter (0.7 px behind for about 8 frames).
 """
 from __future__ import annotations
 

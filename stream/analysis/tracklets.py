@@ -19,8 +19,10 @@ maps to, and its age. Per frame:
   to `track.max_held` detections; on a scene cut the box holds no face and the track ends;
 - with no face followed, detection runs every `detect.every_empty` frames (nothing else is
   computed then), so a face coming in is swapped within a frame or two;
-- landmarks are smoothed with a One-Euro filter so the swapped face does not jitter
-  (`track.smoothing`); with `track.points: detector` each face also carries the detector's
+- landmarks are smoothed so the swapped face does not jitter (`track.smoothing`): by
+  default the face's pose through a constant-velocity Kalman filter and its shape through a
+  One-Euro filter (`track.smoother: pose`, stream/analysis/pose_smoother.py), or every point
+  through a One-Euro filter (`one-euro`); with `track.points: detector` each face also carries the detector's
   own five points from this frame's detection (detection on every frame), for alignment;
 - a face stays while any of it is inside the frame: one mostly outside is still swapped,
   as insightface swaps every face its detector finds.
@@ -49,6 +51,7 @@ from engines.protocols import Detector, Embedder, Landmarker, PointDetector
 from stream.analysis.background_detector import BackgroundDetector
 from stream.analysis.face_motion import face_motion, move_box
 from stream.analysis.one_euro import OneEuroFilter
+from stream.analysis.pose_smoother import PoseShapeSmoother
 from stream.config import DetectConfig, TrackConfig
 from stream.errors import ConfigError
 
@@ -100,7 +103,7 @@ class Track:
     box: Box
     landmarks: Landmarks68
     rel: tuple[float, float, float, float]
-    smoother: OneEuroFilter
+    smoother: OneEuroFilter | PoseShapeSmoother
     score: float = 0.0
     born: int = 0
     age: int = 0
@@ -156,7 +159,9 @@ class Tracker:
     def tracks_started(self) -> int:
         return self._next_id
 
-    def _new_filter(self) -> OneEuroFilter:
+    def _new_filter(self) -> OneEuroFilter | PoseShapeSmoother:
+        if self.track_cfg.smoother == "pose":
+            return PoseShapeSmoother()
         return OneEuroFilter(self.track_cfg.min_cutoff, self.track_cfg.beta)
 
     def update(self, frame: FrameViews, seq: int, t: float) -> list[Track]:
