@@ -8,6 +8,7 @@ keeps per-call state in the instance beyond counters, and every SwapResult owns 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -264,7 +265,7 @@ def keep_target_hair(roi: ImageBGR, landmarks: Points, masks: FaceMasks, radius:
     soft = cv2.GaussianBlur(keep, (k, k), 0)
     # Past the brows the swap fades out over the forehead band's height: the source's forehead
     # meets the target's hairline or light as a gradient, never as a strip with an edge.
-    band = max(float(np.linalg.norm(landmarks[68:].mean(axis=0) - landmarks[BROWS].mean(axis=0))), 1.0)
+    band = max(math.hypot(*(landmarks[68:].mean(axis=0) - landmarks[BROWS].mean(axis=0)).tolist()), 1.0)
     outside = cv2.distanceTransform(cv2.bitwise_not(inner_box), cv2.DIST_L2, 3)
     fade = cv2.convertScaleAbs(outside, alpha=-255.0 / band, beta=255.0)
     cv2.min(soft, fade, dst=soft)
