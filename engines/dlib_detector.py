@@ -18,11 +18,8 @@ class DlibHogDetector:
     count, so larger frames are downscaled (faces much larger than the 80 px window need no
     full resolution), and smaller ones are upscaled, by at most `max_upscale`, so a small
     frame's small faces are found at about the cost of a larger frame (a 640x360 frame at
-    `max_side` 1024 finds faces from 50 px, not 80). An upscaled frame is scanned at its own
-    size first, and the upscaled scan adds only the faces the first one did not find: HOG's
-    boxes at another scale sit differently on a face, and dlib's landmarks follow the box
-    (on the quality suite's three-face clip the upscaled boxes alone took one face's identity
-    distance over 0.6). `upsample` passes find smaller faces still, at 4x the cost each.
+    `max_side` 1024 finds faces from 50 px, not 80). `upsample` passes find smaller faces
+    still, at 4x the cost each.
     """
 
     name = "dlib-hog"
@@ -57,20 +54,7 @@ class DlibHogDetector:
         assert self._detector is not None
         gray = frame.gray
         h, w = gray.shape[:2]
-        self.calls += 1
         scale = self.scale_for(w, h)
-        if scale <= 1.0 + 1e-3:
-            return self._scan(gray, scale)
-        found = self._scan(gray, 1.0)
-        for box, score in self._scan(gray, scale):
-            if all(_overlap(box, seen) < 0.3 for seen, _ in found):
-                found.append((box, score))
-        return found
-
-    def _scan(self, gray: np.ndarray, scale: float) -> list[tuple[Box, float]]:
-        """HOG's faces in the grey frame scaled by `scale`, in the frame's coordinates."""
-        assert self._detector is not None
-        h, w = gray.shape[:2]
         if abs(scale - 1.0) > 1e-3:
             size = (max(1, round(w * scale)), max(1, round(h * scale)))
             if self._scaled is None or self._scaled.shape[:2] != (size[1], size[0]):
@@ -80,17 +64,9 @@ class DlibHogDetector:
             sx, sy = w / size[0], h / size[1]
         else:
             image, sx, sy = gray, 1.0, 1.0
+        self.calls += 1
         rects, scores, _ = self._detector.run(image, self.upsample, self.threshold)
         return [
             ((r.left() * sx, r.top() * sy, (r.right() + 1) * sx, (r.bottom() + 1) * sy), float(s))
             for r, s in zip(rects, scores)
         ]
-
-
-def _overlap(a: Box, b: Box) -> float:
-    """Intersection over union of two boxes."""
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = ix * iy
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0

@@ -12,7 +12,7 @@ from engines.registry import build_engines
 from stream.analysis.tracklets import Tracker, iou, landmark_box
 from stream.config import Config
 from stream.media.demo_clips import group_picture
-from tools.quality.clips import Scene, leave_return_scene, low_chroma_scene, occluder_scene, small_scene
+from tools.quality.clips import Scene, leave_return_scene, occluder_scene, small_scene
 from tools.quality.truth import visible
 
 
@@ -92,15 +92,3 @@ def test_a_scene_cut_ends_the_tracks_within_a_frame(engines) -> None:  # type: i
     # The face's picture cannot be followed into the cut: detection runs on the next frame
     # and finds nothing there, and the detector's face check finds no face in its box.
     assert [i for i, boxes in enumerate(found) if i >= 21 and boxes] == []
-
-
-def test_faces_the_frame_scan_finds_keep_its_boxes_when_upscaled() -> None:
-    # The low-chroma clip's three ~100 px faces in a 640x360 frame: the upscaled scan would
-    # box them differently (dlib's landmarks follow the box); it only adds faces the frame's
-    # own scan missed.
-    frame, truth = low_chroma_scene().frame(0)
-    views = FrameViews(frame)
-    own = DlibHogDetector(max_side=1024, max_upscale=1.0).forward(views)
-    assert len(own) == len(truth.faces) == 3
-    both = DlibHogDetector(max_side=1024, max_upscale=2.0).forward(views)
-    assert both == own
