@@ -36,6 +36,30 @@ def relay() -> Relay:
     server.stop()
 
 
+def _whep_sync(url: str, seconds: float, while_listening=None):  # type: ignore[no-untyped-def]
+    """A WHEP viewer (asking for sound) of `url`: its flashes and beeps read for `seconds`
+    (tools.webrtc_sync); `while_listening()` is called before the viewer leaves."""
+    import asyncio
+
+    from stream.server.whip_client import whep_view
+    from tools.webrtc_sync import read_webrtc_sync
+
+    async def watch() -> object:
+        viewer = await whep_view(url, audio=True)
+        try:
+            video = await asyncio.wait_for(viewer.remote, 30)
+            assert viewer.remote_audio is not None
+            audio = await asyncio.wait_for(viewer.remote_audio, 30)
+            got = await read_webrtc_sync(viewer.pc, video, audio, seconds)
+            if while_listening is not None:
+                while_listening()
+            return got
+        finally:
+            await viewer.close()
+
+    return asyncio.run(watch())
+
+
 def _file_offsets(path: Path) -> list[float]:
     detector = SyncDetector()
     with av.open(str(path)) as container:
@@ -89,26 +113,13 @@ def test_rtsp_sound_reaches_live_whep_viewers_in_sync(relay: Relay, source_photo
     gave +39-50 ms (aiortc's encoder sends a 20 ms packet once its second piece is there,
     and a receiver plays a packet from its arrival); sent in whole packets timed by their
     first sample, pictures and sound both leaving at capture + D: +15-28 ms."""
-    import asyncio
 
-    from stream.server.whip_client import whep_view
-    from tools.webrtc_sync import read_webrtc_sync
 
     publisher = FlashBeepPublisher(relay.url("cam/push"))
     publisher.start()
     try:
         with live_whep_process(source_photo, relay.url("cam"), "--duration", "14", "--quiet") as (proc, url):
-            async def watch() -> object:
-                viewer = await whep_view(f"{url}whep", audio=True)
-                try:
-                    video = await asyncio.wait_for(viewer.remote, 30)
-                    assert viewer.remote_audio is not None
-                    audio = await asyncio.wait_for(viewer.remote_audio, 30)
-                    return await read_webrtc_sync(viewer.pc, video, audio, 7.0)
-                finally:
-                    await viewer.close()
-
-            reading = asyncio.run(watch())
+            reading = _whep_sync(f"{url}whep", 7.0)
             out, err = proc.communicate(timeout=60)
     finally:
         publisher.stop()
@@ -164,12 +175,9 @@ def test_whep_viewers_hear_a_camera_whose_sound_comes_after_its_pictures_in_step
     """A live source whose sound reaches us 60 ms after it ended (after its pictures): the
     WHEP output holds the pictures back by that much (plus one Opus packet), so a viewer
     gets the beeps with their flashes; sent as they came, the beeps were 70-90 ms late."""
-    import asyncio
 
     from stream.media.audio_delay import AudioBus, AudioFormat
     from stream.server.whep_output import WhepOutput
-    from stream.server.whip_client import whep_view
-    from tools.webrtc_sync import read_webrtc_sync
 
     bus = AudioBus()
     bus.format = AudioFormat(48000, 2)
@@ -178,20 +186,8 @@ def test_whep_viewers_hear_a_camera_whose_sound_comes_after_its_pictures_in_step
     camera = LateSoundCamera(out, bus, late_s=0.06, seconds=30)
     camera.start()
     try:
-        async def watch() -> object:
-            viewer = await whep_view(f"{out.url}whep", audio=True)
-            try:
-                video = await asyncio.wait_for(viewer.remote, 30)
-                assert viewer.remote_audio is not None
-                audio = await asyncio.wait_for(viewer.remote_audio, 30)
-                got = await read_webrtc_sync(viewer.pc, video, audio, 6.0)
-                holds.append(out.video_hold_s)  # while the viewer listens
-                return got
-            finally:
-                await viewer.close()
-
-        holds: list[float] = []
-        reading = asyncio.run(watch())
+        holds: list[float] = []  # read while the viewer listens
+        reading = _whep_sync(f"{out.url}whep", 6.0, lambda: holds.append(out.video_hold_s))
         (hold,) = holds
     finally:
         camera.stop_event.set()
@@ -208,26 +204,13 @@ def test_a_clip_played_as_the_camera_gives_whep_viewers_its_sound_in_sync(source
                                                                           loopback_ice: None) -> None:
     """`live --input clip.mp4 --output whep`: the clip's own sound (AAC) reaches a WHEP viewer
     with its pictures, as an RTSP camera's does."""
-    import asyncio
 
-    from stream.server.whip_client import whep_view
     from tools.av_sync import write_flash_beep_clip
-    from tools.webrtc_sync import read_webrtc_sync
 
     clip = tmp_path / "flash_beep.mp4"
     write_flash_beep_clip(str(clip), 12.0)
     with live_whep_process(source_photo, str(clip), "--quiet") as (proc, url):
-        async def watch() -> object:
-            viewer = await whep_view(f"{url}whep", audio=True)
-            try:
-                video = await asyncio.wait_for(viewer.remote, 30)
-                assert viewer.remote_audio is not None
-                audio = await asyncio.wait_for(viewer.remote_audio, 30)
-                return await read_webrtc_sync(viewer.pc, video, audio, 6.0)
-            finally:
-                await viewer.close()
-
-        reading = asyncio.run(watch())
+        reading = _whep_sync(f"{url}whep", 6.0)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     offsets = reading.offsets(skip_s=1.0)  # type: ignore[attr-defined]

@@ -119,6 +119,16 @@ def _decode(data_url: str) -> np.ndarray:
     return cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_COLOR)
 
 
+def open_page(browser, url: str):  # type: ignore[no-untyped-def]
+    """A new tab on the page at `url`, once its source faces are listed and one is chosen;
+    and the list its script errors go to."""
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_selector("#faces button.chosen", timeout=10_000)
+    return page, errors
+
 @pytest.mark.parametrize("codec", ["vp8", "h264"])
 def test_the_page_swaps_the_browser_camera(codec: str, loopback_ice: None, fake_camera: Path,
                                            source_photo: Path, shared_job: SwapJob, tmp_path: Path) -> None:
@@ -130,11 +140,7 @@ def test_the_page_swaps_the_browser_camera(codec: str, loopback_ice: None, fake_
     with ServerThread(shared_job, codec) as srv, sync_playwright() as pw:
         browser = launch(pw, fake_camera)
         try:
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(srv.url)
-            page.wait_for_selector("#faces button.chosen", timeout=10_000)
+            page, errors = open_page(browser, srv.url)
             states = [state_of(page)]
             # An upload without a face is refused with a line on the page, nothing breaks.
             page.set_input_files("#upload", str(faceless))
@@ -270,9 +276,7 @@ def test_the_page_keeps_the_camera_aspect_ratio(loopback_ice: None, shared_job: 
     with ServerThread(shared_job) as srv, sync_playwright() as pw:
         browser = launch(pw, wide)
         try:
-            page = browser.new_page()
-            page.goto(srv.url)
-            page.wait_for_selector("#faces button.chosen", timeout=10_000)
+            page, _ = open_page(browser, srv.url)
             page.click("#start")
             page.wait_for_function("document.getElementById('remote').videoWidth > 0", timeout=30_000)
             local = page.evaluate("[document.getElementById('local').videoWidth, "
@@ -297,9 +301,7 @@ def test_the_page_says_when_the_server_is_gone(fake_camera: Path, source_photo: 
         with sync_playwright() as pw:
             browser = launch(pw, fake_camera)
             try:
-                page = browser.new_page()
-                page.goto(url)
-                page.wait_for_selector("#faces button.chosen", timeout=10_000)
+                page, _ = open_page(browser, url)
                 page.click("#start")
                 page.wait_for_function("document.getElementById('state').textContent === 'live'", timeout=30_000)
                 proc.send_signal(signal.SIGKILL)
@@ -339,11 +341,7 @@ def test_the_page_sends_the_microphone_and_plays_its_sound_back(loopback_ice: No
     with ServerThread(shared_job) as srv, sync_playwright() as pw:
         browser = launch(pw, fake_camera)
         try:
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(srv.url)
-            page.wait_for_selector("#faces button.chosen", timeout=10_000)
+            page, errors = open_page(browser, srv.url)
             page.click("#start")
             page.wait_for_function("document.getElementById('remote').videoWidth > 0", timeout=30_000)
             for _ in range(60):  # the fake microphone beeps once a second: energy comes in bursts

@@ -40,6 +40,23 @@ def beep_samples(start: int, count: int) -> np.ndarray:
     return (on * 0.5 * np.sin(2 * np.pi * BEEP_HZ * t)).astype(np.float32)
 
 
+
+def _mux_frame_time(out, video, sound, n: int, audio_at: int, chunk: int) -> int:  # type: ignore[no-untyped-def]
+    """Encodes and muxes frame `n` and the sound of its frame time, in pieces of `chunk`
+    samples from sample `audio_at`; returns where the sound now stands."""
+    frame = av.VideoFrame.from_ndarray(flash_frame(n), format="bgr24")
+    frame.pts, frame.time_base = n, Fraction(1, FPS)
+    for packet in video.encode(frame):
+        out.mux(packet)
+    while audio_at < (n + 1) * RATE // FPS:
+        samples = beep_samples(audio_at, chunk).reshape(1, -1)
+        af = av.AudioFrame.from_ndarray(samples, format="flt", layout="mono")
+        af.sample_rate, af.pts, af.time_base = RATE, audio_at, Fraction(1, RATE)
+        for packet in sound.encode(af):
+            out.mux(packet)
+        audio_at += chunk
+    return audio_at
+
 def write_flash_beep_clip(path: str, seconds: float, audio_codec: str = "aac") -> None:
     """The clip as a file (H.264 + `audio_codec`, 30 fps): a camera with a microphone
     recorded, to play as a live input."""
@@ -52,17 +69,7 @@ def write_flash_beep_clip(path: str, seconds: float, audio_codec: str = "aac") -
         chunk = 1024
         audio_at = 0
         for n in range(round(seconds * FPS)):
-            frame = av.VideoFrame.from_ndarray(flash_frame(n), format="bgr24")
-            frame.pts, frame.time_base = n, Fraction(1, FPS)
-            for packet in video.encode(frame):
-                out.mux(packet)
-            while audio_at < (n + 1) * RATE // FPS:
-                samples = beep_samples(audio_at, chunk).reshape(1, -1)
-                af = av.AudioFrame.from_ndarray(samples, format="flt", layout="mono")
-                af.sample_rate, af.pts, af.time_base = RATE, audio_at, Fraction(1, RATE)
-                for packet in sound.encode(af):
-                    out.mux(packet)
-                audio_at += chunk
+            audio_at = _mux_frame_time(out, video, sound, n, audio_at, chunk)
         for stream in (video, sound):
             for packet in stream.encode(None):
                 out.mux(packet)
@@ -98,17 +105,7 @@ class FlashBeepPublisher(threading.Thread):
             n = 0
             audio_at = 0
             while not self.stop_event.is_set() and n < self.seconds * FPS:
-                frame = av.VideoFrame.from_ndarray(flash_frame(n), format="bgr24")
-                frame.pts, frame.time_base = n, Fraction(1, FPS)
-                for packet in video.encode(frame):
-                    out.mux(packet)
-                while audio_at < (n + 1) * RATE // FPS:  # the sound of this frame time
-                    samples = beep_samples(audio_at, chunk).reshape(1, -1)
-                    af = av.AudioFrame.from_ndarray(samples, format="flt", layout="mono")
-                    af.sample_rate, af.pts, af.time_base = RATE, audio_at, Fraction(1, RATE)
-                    for packet in sound.encode(af):
-                        out.mux(packet)
-                    audio_at += chunk
+                audio_at = _mux_frame_time(out, video, sound, n, audio_at, chunk)
                 n += 1
                 self.sent = n
                 delay = t0 + n / FPS - time.monotonic()
