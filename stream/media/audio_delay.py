@@ -17,9 +17,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import av
 import numpy as np
 
 MAX_HOLD_S = 1.0  # beyond any latency a live run keeps; a picture later than this is a stall
@@ -34,6 +36,24 @@ class AudioFormat:
 
     rate: int
     channels: int
+
+
+LIVE_RATE = 48000  # what live sources hand their sound on in: 48 kHz stereo s16
+LIVE_PIECE = LIVE_RATE // 100  # in 10 ms pieces (as WebRTC does): fine-grained delays
+
+
+def live_resampler() -> av.AudioResampler:
+    """A resampler to the live sound format (LIVE_RATE, stereo, s16)."""
+    return av.AudioResampler(format="s16", layout="stereo", rate=LIVE_RATE)
+
+
+def live_pieces(resampler: av.AudioResampler, frame: av.AudioFrame) -> Iterator[np.ndarray]:
+    """A decoded audio frame in the live format, as interleaved (1, 2 * n) s16 pieces of at
+    most LIVE_PIECE samples, in order."""
+    for out in resampler.resample(frame):
+        samples = out.to_ndarray()
+        for start in range(0, out.samples, LIVE_PIECE):
+            yield samples[:, 2 * start:2 * (start + LIVE_PIECE)]
 
 
 class AudioDelay:

@@ -18,12 +18,10 @@ import av
 import numpy as np
 
 from stream.errors import reason_of
-from stream.media.audio_delay import AudioBus, AudioFormat
+from stream.media.audio_delay import LIVE_RATE, AudioBus, AudioFormat, live_pieces, live_resampler
 
 log = logging.getLogger(__name__)
 
-RATE = 48000  # what live sources hand their sound on in (stereo s16)
-PIECE = RATE // 100  # 10 ms pieces, as the RTSP source's
 LEAD_S = 0.1  # how far ahead of its capture time a piece is handed on
 
 
@@ -57,7 +55,7 @@ class ClipSound:
         if video is not None and video.start_time is not None and video.time_base is not None:
             self._video_start = float(video.start_time * video.time_base)
         self._container = container
-        self.bus.format = AudioFormat(RATE, 2)
+        self.bus.format = AudioFormat(LIVE_RATE, 2)
         self._thread = threading.Thread(target=self._run, name="fs-clip-sound", daemon=True)
         self._thread.start()
         return True
@@ -74,20 +72,17 @@ class ClipSound:
         try:
             self._started.wait()
             stream = container.streams.audio[0]
-            resampler = av.AudioResampler(format="s16", layout="stereo", rate=RATE)
+            resampler = live_resampler()
             at: float | None = None  # clip time where the next piece starts
             for frame in container.decode(stream):
                 if self._stop.is_set():
                     return
                 if at is None or (frame.time is not None and abs(frame.time - at) > 0.05):
                     at = frame.time if frame.time is not None else (at or self._video_start)
-                for out in resampler.resample(frame):
-                    samples = out.to_ndarray()
-                    for begin in range(0, out.samples, PIECE):
-                        piece = samples[:, 2 * begin:2 * (begin + PIECE)]
-                        if not self._hand_on(at, piece):
-                            return
-                        at += piece.shape[1] / 2 / RATE
+                for piece in live_pieces(resampler, frame):
+                    if not self._hand_on(at, piece):
+                        return
+                    at += piece.shape[1] / 2 / LIVE_RATE
         except (av.FFmpegError, OSError) as exc:
             log.info("%s: its sound stopped (%s)", self.path, reason_of(exc))
         finally:

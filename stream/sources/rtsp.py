@@ -13,7 +13,7 @@ import av
 import numpy as np
 
 from stream.errors import SourceError, StopRequested, reason_of
-from stream.media.audio_delay import AudioBus, AudioFormat
+from stream.media.audio_delay import LIVE_RATE, AudioBus, AudioFormat, live_pieces, live_resampler
 from stream.media.backoff import backoff_delay
 from stream.media.clock import VIDEO_TIME_BASE, CaptureClock
 from stream.media.close import close_quietly
@@ -31,9 +31,6 @@ _Opened = tuple["av.container.InputContainer", Iterator["av.VideoFrame"], "av.Vi
 
 # The stream's sound is decoded and handed on in one format whatever it came in (AAC, Opus,
 # PCM ...): what the live sinks encode from (Opus is 48 kHz; AAC takes it as well).
-AUDIO_RATE = 48000
-AUDIO_LAYOUT = "stereo"
-AUDIO_PIECE = AUDIO_RATE // 100  # handed on in 10 ms pieces (as WebRTC does): fine-grained delays
 CLOCK_FRAMES = 90  # video frames (3 s at 30 fps) the stream clock's offset is the least over
 
 
@@ -122,8 +119,8 @@ class RtspSource:
         if sound is None:
             yield from container.decode(video)
             return
-        self.audio.format = AudioFormat(AUDIO_RATE, 2)
-        self._resampler = av.AudioResampler(format="s16", layout=AUDIO_LAYOUT, rate=AUDIO_RATE)
+        self.audio.format = AudioFormat(LIVE_RATE, 2)
+        self._resampler = live_resampler()
         for packet in container.demux(video, sound):
             if packet.stream is sound:
                 self._on_audio(packet)
@@ -140,14 +137,10 @@ class RtspSource:
         now = time.monotonic()
         for frame in frames:
             stream_time = frame.time
-            for out in self._resampler.resample(frame):
-                samples = out.to_ndarray()  # (1, 2 * n) interleaved s16
-                for start in range(0, out.samples, AUDIO_PIECE):
-                    piece = samples[:, 2 * start:2 * (start + AUDIO_PIECE)]
-                    captured = self.stream_clock.sound(stream_time, now)
-                    self.audio.push(captured, piece)
-                    if stream_time is not None:
-                        stream_time += piece.shape[1] / 2 / AUDIO_RATE
+            for piece in live_pieces(self._resampler, frame):
+                self.audio.push(self.stream_clock.sound(stream_time, now), piece)
+                if stream_time is not None:
+                    stream_time += piece.shape[1] / 2 / LIVE_RATE
 
     def _error(self, what: str) -> SourceError:
         return SourceError(f"{self.name}: {what}")
