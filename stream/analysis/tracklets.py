@@ -25,7 +25,8 @@ maps to, and its age. Per frame:
   through a One-Euro filter (`one-euro`); with `track.points: detector` each face also carries the detector's
   own five points from this frame's detection (detection on every frame), for alignment;
 - a face stays while any of it is inside the frame: one mostly outside is still swapped,
-  as insightface swaps every face its detector finds.
+  as insightface swaps every face its detector finds (between detections a face the optical
+  flow loses at the frame's edge ends: see above).
 
 Live runs detect in the background (`BackgroundDetector`) while there are tracks to
 follow: the frame due for detection is copied to a detection thread and tracking goes
