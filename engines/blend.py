@@ -5,6 +5,7 @@ whole frame. Landmarks are given in region coordinates.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -171,6 +172,54 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
     matrix[:, 3] = mean_t - linear @ mean_s
     # cv2.transform saturates back to uint8 in one pass.
     return cv2.transform(patch, matrix)
+
+
+_DETAIL_SIGMAS = (1.0, 2.0, 4.0)  # px: the blurs mixed in to soften a patch, lightest first
+
+
+def _soften(image: np.ndarray, sigma: float) -> np.ndarray:
+    """Gaussian blur over +-2 sigma (a softening, not a measurement: the tails do not matter)."""
+    size = 2 * math.ceil(2 * sigma) + 1
+    return cv2.GaussianBlur(image, (size, size), sigma)
+
+
+def _luma_detail(luma: npt.NDArray[np.uint8], mask: Mask) -> float:
+    laplacian = cv2.Laplacian(luma, cv2.CV_16S, ksize=1)
+    return float(cv2.mean(cv2.convertScaleAbs(laplacian), mask=mask)[0])
+
+
+def detail(image: ImageBGR, mask: Mask) -> float:
+    """Fine detail inside `mask`: the mean absolute Laplacian (3x3) of the image's luma."""
+    return _luma_detail(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY), mask)
+
+
+def match_detail(patch: ImageBGR, target: ImageBGR, mask: Mask, ratio: float = 1.0) -> ImageBGR:
+    """Soften `patch` until its fine detail inside `mask` is at most `ratio` times the target's.
+
+    A source photo sampled at the face's size is sharper than a video frame (its focus, the
+    camera's resolution, the encoder): pasted as it is, the face stands out from the head
+    around it and every small movement of the face flickers more than the face it replaces.
+    The patch is mixed with a Gaussian blur of itself (or two blurs, for a much softer
+    target), the weight found from the detail each has, so the softening varies smoothly
+    from frame to frame rather than in steps. The blurs are tried on the luma alone; only the
+    chosen ones are applied to the colour patch. A patch no sharper than the target, or a
+    mask with too few pixels, is returned as it is (never sharpened).
+    """
+    if ratio <= 0 or cv2.countNonZero(mask) < _MIN_STAT_PIXELS:
+        return patch
+    goal = detail(target, mask) * ratio
+    luma = cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY)
+    sharp_sigma, sharp_detail = 0.0, _luma_detail(luma, mask)
+    if sharp_detail <= goal:
+        return patch
+    for sigma in _DETAIL_SIGMAS:
+        soft_detail = _luma_detail(_soften(luma, sigma), mask)
+        if soft_detail <= goal or sigma == _DETAIL_SIGMAS[-1]:
+            break
+        sharp_sigma, sharp_detail = sigma, soft_detail
+    weight = min((sharp_detail - goal) / max(sharp_detail - soft_detail, 1e-6), 1.0)
+    sharp = patch if sharp_sigma == 0 else _soften(patch, sharp_sigma)
+    return cv2.addWeighted(sharp, 1.0 - weight, _soften(patch, sigma), weight, 0.0)
 
 
 def blend_feather(roi: ImageBGR, patch: ImageBGR, alpha: Mask) -> None:

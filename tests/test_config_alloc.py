@@ -47,6 +47,7 @@ def test_overrides_are_typed_and_win_over_the_preset() -> None:
 @pytest.mark.parametrize("override, needle", [
     ("detect.every=0", "detect.every"),
     ("swap.blend=smudge", "swap.blend"),
+    ("swap.detail=-1", "swap.detail"),
     ("select.mode=everyone", "select.mode"),
     ("encode.crf=99", "encode.crf"),
     ("nosuch=1", "nosuch"),

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from skimage import data
 
-from engines.blend import mouth_open_ratio, prepare_masks, transfer_color
+from engines.blend import detail, match_detail, mouth_open_ratio, prepare_masks, transfer_color
 from engines.classical_swapper import (
     LEVEL_MARGIN,
     ClassicalOptions,
@@ -369,6 +369,76 @@ def test_colour_transfer_moves_the_face_toward_the_target(astro, source, tint):
     assert after < 0.25 * before
     # The first tint saturates red: the transfer's own clipping leaves a few levels of bias.
     assert after < 4.5
+
+
+def _face_patch(astro: Astronaut) -> tuple[np.ndarray, np.ndarray]:
+    """The astronaut's face with a margin, and the hull of her landmarks in it."""
+    x0, y0 = np.floor(astro.landmarks.min(axis=0)).astype(int) - 10
+    x1, y1 = np.ceil(astro.landmarks.max(axis=0)).astype(int) + 10
+    patch = np.ascontiguousarray(astro.image[y0:y1, x0:x1])
+    return patch, hull_mask(astro.landmarks - np.array([x0, y0], np.float32), patch.shape[:2], grow=-3)
+
+
+@pytest.mark.parametrize("sigma", [0.6, 0.9, 1.3, 1.8, 2.6])
+@pytest.mark.parametrize("ratio", [1.0, 1.3])
+def test_a_sharper_patch_is_softened_to_the_targets_detail(astro, sigma, ratio):
+    # The target is the same face, softer (a video frame of it); the source keeps its detail.
+    patch, mask = _face_patch(astro)
+    target = cv2.GaussianBlur(patch, (0, 0), sigma)
+    assert detail(patch, mask) > 1.2 * ratio * detail(target, mask)
+    soft = match_detail(patch, target, mask, ratio)
+    assert soft.shape == patch.shape and soft.dtype == np.uint8
+    assert 0.9 <= detail(soft, mask) / (ratio * detail(target, mask)) <= 1.05
+    # Softened like the target, not otherwise changed: nearer the target than the patch was,
+    # with the patch's mean colour.
+    def off(image: np.ndarray) -> float:
+        return float(np.abs(image.astype(np.float32) - target)[mask > 0].mean())
+    if ratio == 1.0:
+        assert off(soft) < 0.6 * off(patch)
+    assert np.abs(soft.mean(axis=(0, 1)) - patch.mean(axis=(0, 1))).max() < 0.5
+
+
+def test_the_softening_follows_the_target_smoothly(astro):
+    # A face whose sharpness changes a little from frame to frame must get a swap whose
+    # sharpness changes a little too: no jump where one blur gives way to the next.
+    patch, mask = _face_patch(astro)
+    targets = [cv2.GaussianBlur(patch, (0, 0), s) for s in np.linspace(0.7, 2.4, 24)]
+    got = np.array([detail(match_detail(patch, t, mask), mask) for t in targets])
+    goal = np.array([detail(t, mask) for t in targets])
+    assert np.all(np.diff(got) < 0)  # softer targets, softer swaps, at every step
+    steps, goal_steps = -np.diff(got), -np.diff(goal)
+    assert np.all(steps < 2.0 * goal_steps + 0.05)
+
+
+@pytest.mark.parametrize("ratio", [1.0, 0.0])
+def test_a_patch_no_sharper_than_the_target_is_kept_as_it_is(astro, ratio):
+    patch, mask = _face_patch(astro)
+    soft = cv2.GaussianBlur(patch, (0, 0), 1.2)
+    assert match_detail(soft, patch, mask, 1.0) is soft  # never sharpened
+    assert match_detail(patch, soft, np.zeros_like(mask), 1.0) is patch  # no pixels to measure
+    if ratio == 0.0:
+        assert match_detail(patch, soft, mask, ratio) is patch  # switched off
+
+
+@pytest.mark.parametrize("amount", [1.0, 0.0])
+def test_the_pasted_face_takes_a_soft_frames_detail(astro, source, amount):
+    # A soft (out of focus, low resolution) frame: the swap pasted into it is as soft as the
+    # face it replaces with swap.detail 1, as sharp as the source photo with 0.
+    frame, points = move(astro, similarity(angle=8, scale=1.1))
+    frame = cv2.GaussianBlur(frame, (0, 0), 1.6)
+    face = face_of(points)
+    swapper = ClassicalSwapper(ClassicalOptions(detail=amount))
+    result = swapper.forward(frame, face, source)
+    x0, y0, x1, y1 = result.region
+    inner = hull_mask(region_points(points, result), (y1 - y0, x1 - x0), grow=-6)
+    before = detail(frame[y0:y1, x0:x1], inner)
+    out = frame.copy()
+    swapper.paste(out, face, result)
+    after = detail(out[y0:y1, x0:x1], inner)
+    if amount:
+        assert 0.85 <= after / before <= 1.1
+    else:
+        assert after > 1.5 * before
 
 
 def test_colour_transfer_without_pixels_is_a_no_op(astro):

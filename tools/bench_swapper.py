@@ -49,6 +49,9 @@ def main() -> None:
     parser.add_argument("--size", type=float, default=110.0, help="target face size in px")
     parser.add_argument("--threads", type=int, default=-1,
                         help="cv2.setNumThreads (default: leave OpenCV's choice)")
+    parser.add_argument("--soft", type=float, default=1.2,
+                        help="Gaussian blur (px) of the frame, a softer target than the source "
+                             "photo, so that swap.detail has something to match (default 1.2)")
     args = parser.parse_args()
     if args.threads >= 0:
         cv2.setNumThreads(args.threads)
@@ -60,12 +63,17 @@ def main() -> None:
     matrix = cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), 8.0, scale)
     matrix[:, 2] += np.array([640.0, 360.0]) - centre  # face centred in a 720p frame
     frame = cv2.warpAffine(image, matrix, (1280, 720), borderMode=cv2.BORDER_REFLECT)
+    if args.soft > 0:
+        frame = cv2.GaussianBlur(frame, (0, 0), args.soft)
     target = (np.c_[points, np.ones(68)] @ matrix.T).astype(np.float32)
     face = Face(box=(*target.min(axis=0), *target.max(axis=0)), landmarks=target)
 
-    print(f"cv2 {cv2.__version__}, threads {cv2.getNumThreads()}, face {args.size:.0f} px")
-    for blend in ("feather", "poisson"):
-        swapper = ClassicalSwapper(ClassicalOptions(blend=blend))
+    print(f"cv2 {cv2.__version__}, threads {cv2.getNumThreads()}, face {args.size:.0f} px, "
+          f"frame blurred {args.soft} px")
+    # detail 0: the source's own sharpness pasted; the default matches the frame's (one or two
+    # extra blurs of the patch).
+    for blend, detail in (("feather", 0.0), ("feather", 1.0), ("poisson", 1.0)):
+        swapper = ClassicalSwapper(ClassicalOptions(blend=blend, detail=detail))
         swapper.open()
         source = swapper.prepare_source(image, points)
         fwd: list[float] = []
@@ -84,7 +92,7 @@ def main() -> None:
             x0, y0, x1, y1 = result.region
             work[y0:y1, x0:x1] = frame[y0:y1, x0:x1]  # same input every iteration
         region = result.region
-        print(f"{blend:8s} forward {stats(fwd)} | paste {stats(paste)} | "
+        print(f"{blend:8s} detail {detail:.0f} forward {stats(fwd)} | paste {stats(paste)} | "
               f"region {region[2] - region[0]}x{region[3] - region[1]}")
 
 
