@@ -12,11 +12,18 @@ maps to, and its age. Per frame:
   points pulled by an occluder or an edge do not drag the box; where the flow cannot follow
   the face (no texture) the box follows the landmarks (the detector box expressed relative
   to the landmarks' bounding box at the last detection), except at the frame's edge, where
-  a face the flow loses has left (the predictor would clamp its points to the edge);
+  a face the flow loses has left (the predictor would clamp its points to the edge); a face
+  the flow followed and then loses (something in front of it, or a cut) keeps its last
+  motion instead until a detection says which, and while something is in front of a face
+  (the flow lost it, or the detector misses it) its last points move with it rather than
+  being placed anew, where the predictor's would follow the occluder;
 - a detection that misses a followed face does not end it at once when the detector can
   confirm a box (the dlib engine's face filter: landmarks laid out as a face, an embedding
   that reads as one): a face behind a cup or a bar is still a face there, and is kept for up
-  to `track.max_held` detections; on a scene cut the box holds no face and the track ends;
+  to `track.max_held` detections; where the filter reads no face (a bar across the eyes)
+  but the face's picture is still followed, or the filter read one behind the occluder
+  before, it is kept for up to MAX_DOUBTED detections in a row, each on the next frame; on a
+  scene cut the box holds no face and the track ends;
 - with no face followed, detection runs every `detect.every_empty` frames (nothing else is
   computed then), so a face coming in is swapped within a frame or two;
 - landmarks are smoothed so the swapped face does not jitter (`track.smoothing`): by
@@ -61,6 +68,14 @@ log = logging.getLogger(__name__)
 # Landmark box changes beyond these in one frame mean the predictor lost the face.
 MAX_SCALE_JUMP = 1.35
 MAX_SHIFT_JUMP = 0.5  # of the face size
+# A face followed by optical flow keeps its last motion while the flow loses it (an occluder
+# crossing it), confirmed by a detection every this many frames.
+MAX_COAST = 6
+# Detections in a row that may keep a held face the face filter does not confirm, while the
+# optical flow follows its picture (an occluder over the eyes, not a scene cut).
+MAX_DOUBTED = 2
+VELOCITY_MIX = 0.5  # weight of this frame's shift in a track's velocity (an exponential average)
+COAST_KEEP = 0.7  # share of its velocity a coasting box keeps each frame (it travels <= 3.3x it)
 
 
 def iou(a: Box, b: Box) -> float:
@@ -110,7 +125,11 @@ class Track:
     age: int = 0
     missed: int = 0
     held: int = 0  # detections in a row that missed it but whose box the detector confirmed
+    doubted: int = 0  # of those, the last ones in a row kept unconfirmed (its picture followed)
     flowed: bool = False  # its picture has been followed by optical flow (it has texture)
+    velocity: tuple[float, float] = (0.0, 0.0)  # its box's shift a frame, while the flow follows it
+    coasted: int = 0  # frames in a row the flow lost it and the box kept its last motion
+    step: np.ndarray | None = field(default=None, repr=False)  # 2x3: how its box moved this frame
     at_submit: Box | None = field(default=None, repr=False)  # landmark box when a detection was sent
     embedding: np.ndarray | None = None
     embedded_at: int = -1
@@ -183,20 +202,36 @@ class Tracker:
         grey = _grey(frame)
         followed: list[Track] = []
         for tr in self.tracks:
+            tr.step = None
             if not tr.matched:  # between detections: the box moves as the face's picture moved
                 motion = (face_motion(self._prev_grey, grey, tr.raw)
                           if grey is not None and self._prev_grey is not None
                           and self._prev_grey.shape == grey.shape else None)
                 if motion is not None:
-                    tr.box = move_box(tr.box, motion)
-                    tr.flowed = True
+                    moved = move_box(tr.box, motion)
+                    # Averaged: an occluder crossing the face jolts the flow's single frames.
+                    tr.velocity = _mix(tr.velocity, _centre_shift(tr.box, moved), VELOCITY_MIX)
+                    tr.box, tr.flowed, tr.coasted, tr.step = moved, True, 0, motion
+                elif tr.flowed and _inside(tr.box, w, h):
+                    # A face followed by its picture that suddenly cannot be: something in
+                    # front of it, or a scene cut. The predictor's points would follow the
+                    # occluder, so the box keeps its last motion, and a detection on the next
+                    # frame, and every MAX_COAST frames after while the flow stays lost, says
+                    # which: the face found (its points are then followed again), the face
+                    # filter confirming a face in the box (kept up to track.max_held times),
+                    # or neither (the track is hidden and ends).
+                    tr.box = _shifted(tr.box, tr.velocity)
+                    tr.step = np.array([[1.0, 0.0, tr.velocity[0]], [0.0, 1.0, tr.velocity[1]]])
+                    tr.velocity = _mix(tr.velocity, (0.0, 0.0), 1.0 - COAST_KEEP)
+                    self._force_detect = self._force_detect or tr.coasted % MAX_COAST == 0
+                    tr.coasted += 1
                 elif _inside(tr.box, w, h):
                     tr.box = unrelate(tr.rel, landmark_box(tr.raw))
                     # A face whose picture was followed and now cannot be: a scene cut, or
                     # something in front of it; a detection on the next frame says which
                     # (once: an occluder crossing the face stops the flow for a while).
                     self._force_detect = self._force_detect or tr.flowed
-                    tr.flowed = False
+                    tr.flowed, tr.coasted = False, 0
                 else:
                     log.debug("track %d lost at the frame's edge", tr.id)
                     self._force_detect = True
@@ -206,6 +241,11 @@ class Tracker:
         alive: list[Track] = []
         found = self.landmarker.forward_many(frame, [tr.box for tr in self.tracks]) if self.tracks else []
         for tr, raw in zip(self.tracks, found):
+            if tr.age and tr.step is not None and (tr.held or tr.doubted or tr.coasted):
+                # Something in front of the face (the detector misses it, or its picture cannot
+                # be followed): the predictor's points would follow the occluder, so its last
+                # points move as its picture (or its box) moved.
+                raw = (tr.raw @ tr.step[:, :2].T + tr.step[:, 2]).astype(np.float32)
             if tr.age and self._jumped(tr.raw, raw):
                 self._force_detect = True
                 if not tr.matched:
@@ -314,7 +354,9 @@ class Tracker:
             tr = self.tracks[ti]
             box, tr.score = dets[di]
             tr.box = placed(tr, box)
-            tr.matched, tr.missed, tr.held = True, 0, 0
+            tr.matched, tr.missed, tr.held, tr.doubted = True, 0, 0, 0
+            if tr.coasted:  # the detector sees it: its points are no occluder's, follow them
+                tr.flowed, tr.coasted = False, 0
             tr.order, tr.kps5 = di, None if points is None else points[di]
         used_t = {ti for ti, _ in matched}
         kept: list[Track] = []
@@ -345,11 +387,29 @@ class Tracker:
         confirm = getattr(self.detector, "confirm", None)
         if confirm is None or tr.missed or not tr.age or tr.held >= self.track_cfg.max_held:
             return False
-        if not confirm(frame, tr.box):
-            return False
-        tr.held += 1
-        log.debug("track %d missed by the detector, kept: its box still holds a face", tr.id)
-        return True
+        if confirm(frame, tr.box):
+            tr.held, tr.doubted = tr.held + 1, 0
+            log.debug("track %d missed by the detector, kept: its box still holds a face", tr.id)
+            return True
+        # The filter reads no face in the box: a bar across the eyes takes away what it reads
+        # a face by, and so does a scene cut. After a cut the box's picture cannot be followed
+        # from the last frame; behind an occluder it can (or the filter already confirmed a
+        # face behind it): then the face is kept for up to MAX_DOUBTED detections in a row,
+        # each on the next frame, until the filter confirms it again.
+        if tr.doubted < MAX_DOUBTED and (tr.held or self._followed(tr, frame)):
+            tr.doubted += 1
+            self._force_detect = True
+            log.debug("track %d: no face read in its box, kept: its picture was followed", tr.id)
+            return True
+        return False
+
+    def _followed(self, tr: Track, frame: FrameViews) -> bool:
+        """The optical flow has followed the track's face without a break into the last frame,
+        and follows it into this one (after a cut, the new picture in the box is followed)."""
+        grey, prev = _grey(frame), self._prev_grey
+        return (tr.flowed and not tr.coasted and grey is not None and prev is not None
+                and prev.shape == grey.shape
+                and face_motion(prev, grey, tr.raw) is not None)
 
     def close(self) -> None:
         if self.background is not None:
@@ -381,6 +441,18 @@ def _moved(box: Box, then: Box, now: Box) -> Box:
     dx = (now[0] + now[2] - then[0] - then[2]) / 2
     dy = (now[1] + now[3] - then[1] - then[3]) / 2
     return (box[0] + dx, box[1] + dy, box[2] + dx, box[3] + dy)
+
+
+def _centre_shift(a: Box, b: Box) -> tuple[float, float]:
+    return ((b[0] + b[2] - a[0] - a[2]) / 2, (b[1] + b[3] - a[1] - a[3]) / 2)
+
+
+def _mix(a: tuple[float, float], b: tuple[float, float], w: float) -> tuple[float, float]:
+    return (a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1]))
+
+
+def _shifted(box: Box, d: tuple[float, float]) -> Box:
+    return (box[0] + d[0], box[1] + d[1], box[2] + d[0], box[3] + d[1])
 
 
 def _grey(frame: FrameViews) -> np.ndarray | None:
