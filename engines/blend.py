@@ -146,6 +146,46 @@ _YCC_INV = np.linalg.inv(_YCC)
 _YCC_OFFSET = np.array([0.0, 128.0, 128.0])
 
 
+_ROBUST_SPREADS = 3.0  # robust standard deviations (1.4826 MAD) a pixel may be off the median
+_ROBUST_MIN = (24.0, 8.0, 8.0)  # Y, Cr, Cb levels: never a tighter cut (an evenly lit face)
+_ROBUST_KEEP = 0.5  # share of the mask the cut must leave, else the whole mask is used
+# Share of the mask that must be far before any is left out: a bare face's own outliers (the
+# eyes, brows, lips, a glint: up to about 9% on a strongly tinted face) are fewer, and its
+# statistics stay exactly as they were (a cut that took them in some frames and not in others
+# would make the swap's shade flicker).
+_ROBUST_FROM = 0.12
+
+
+def _median_and_spread(hist: np.ndarray) -> tuple[int, float]:
+    """The median level of a 256-bin histogram and 1.4826 times the median absolute deviation."""
+    cum = np.cumsum(hist)
+    median = int(np.searchsorted(cum, cum[-1] / 2.0))
+    levels = np.arange(256)
+    # Counts at each absolute deviation d from the median: bins median - d and median + d.
+    dev = np.bincount(np.abs(levels - median), weights=hist, minlength=256)
+    mad = int(np.searchsorted(np.cumsum(dev), cum[-1] / 2.0))
+    return median, 1.4826 * mad
+
+
+def face_pixels(ycc: np.ndarray, mask: Mask) -> Mask:
+    """`mask` less the pixels whose colour (YCrCb) is far from most of the mask's: what covers
+    part of the face (a bar, a cup, a hand in shadow) or a glint. A pixel more than 3 robust
+    spreads from the median in any channel is left out when such pixels are at least 8% of
+    the mask and under half of it; otherwise the mask is returned as it is."""
+    lo, hi = [], []
+    for c in range(3):
+        hist = cv2.calcHist([ycc], [c], mask, [256], [0, 256]).ravel()
+        median, spread = _median_and_spread(hist)
+        tol = max(_ROBUST_SPREADS * spread, _ROBUST_MIN[c])
+        lo.append(float(np.floor(median - tol)))
+        hi.append(float(np.ceil(median + tol)))
+    inliers = cv2.bitwise_and(cv2.inRange(ycc, tuple(lo), tuple(hi)), mask)
+    kept, total = cv2.countNonZero(inliers), cv2.countNonZero(mask)
+    if kept < _ROBUST_KEEP * total or kept > (1.0 - _ROBUST_FROM) * total:
+        return mask
+    return inliers
+
+
 def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
     """Reinhard colour transfer: match the patch's per-channel mean/std to the target's.
 
@@ -156,12 +196,18 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
     the chroma spread is matched but never widened, so the result's skin has the target's
     colour whatever the source's (grey, low-chroma or tinted). Because YCrCb is linear in
     BGR, the whole transfer is one 3x4 matrix applied to the BGR patch (no colour-space round
-    trip). Returns a new image; the patch itself when the mask has too few pixels.
+    trip). In each image the statistics leave out a large share of pixels far from most of
+    the mask's colours (`face_pixels`): the wall behind a turned face, taken in by its mask,
+    would otherwise pull the mean and widen the spread, and the swap would come out tinted
+    and harsher, its shade changing as the share of wall does.
+    Returns a new image; the patch itself when the mask has too few pixels.
     """
     if cv2.countNonZero(mask) < _MIN_STAT_PIXELS:
         return patch
-    mu_s, sd_s = cv2.meanStdDev(cv2.cvtColor(patch, cv2.COLOR_BGR2YCrCb), mask=mask)
-    mu_t, sd_t = cv2.meanStdDev(cv2.cvtColor(target, cv2.COLOR_BGR2YCrCb), mask=mask)
+    ycc_s = cv2.cvtColor(patch, cv2.COLOR_BGR2YCrCb)
+    ycc_t = cv2.cvtColor(target, cv2.COLOR_BGR2YCrCb)
+    mu_s, sd_s = cv2.meanStdDev(ycc_s, mask=face_pixels(ycc_s, mask))
+    mu_t, sd_t = cv2.meanStdDev(ycc_t, mask=face_pixels(ycc_t, mask))
     ratio = sd_t.ravel() / np.maximum(sd_s.ravel(), 1.0)
     gain = np.r_[np.clip(ratio[:1], *_LUMA_RATIO), np.clip(ratio[1:], *_CHROMA_RATIO)]
     linear = _YCC_INV @ np.diag(gain) @ _YCC  # BGR -> BGR, acting on deviations from the mean

@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 from skimage import data
 
-from engines.blend import detail, match_detail, mouth_open_ratio, prepare_masks, transfer_color
+from engines.blend import (
+    detail,
+    face_pixels,
+    match_detail,
+    mouth_open_ratio,
+    prepare_masks,
+    transfer_color,
+)
 from engines.classical_swapper import (
     LEVEL_MARGIN,
     ClassicalOptions,
@@ -369,6 +376,46 @@ def test_colour_transfer_moves_the_face_toward_the_target(astro, source, tint):
     assert after < 0.25 * before
     # The first tint saturates red: the transfer's own clipping leaves a few levels of bias.
     assert after < 4.5
+
+
+@pytest.mark.parametrize("shade", [(60, 110, 170), (150, 120, 60)])
+def test_a_wall_in_the_faces_mask_does_not_change_the_swaps_colour(astro, source, shade):
+    # A quarter of the face's mask showing a wall (as where a turned face's points overshoot
+    # it) is not the face's colour: the swap's skin elsewhere must come out as it does without
+    # it, not tinted towards the wall.
+    frame, points = move(astro, similarity(angle=-6, scale=1.2))
+    face = face_of(points)
+    swapper = ClassicalSwapper(ClassicalOptions())
+    result = swapper.forward(frame, face, source)
+    x0, y0, x1, y1 = result.region
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    bar_x0 = int(lo[0] + 0.58 * (hi[0] - lo[0]))
+    bar_x1 = int(lo[0] + 0.80 * (hi[0] - lo[0]))
+    barred = frame.copy()
+    barred[:, bar_x0:bar_x1] = shade
+    clean_out, barred_out = frame.copy(), barred.copy()
+    swapper.paste(clean_out, face, result)
+    swapper.paste(barred_out, face, result)
+    skin = hull_mask(points, frame.shape[:2], grow=-8) > 0
+    skin[:, bar_x0 - 12:bar_x1 + 12] = False
+    skin[:y0] = skin[y1:] = False
+    shift = barred_out[skin].astype(np.float64).mean(axis=0) - clean_out[skin].mean(axis=0)
+    assert np.abs(shift).max() < 4.0  # 16-28 levels when the wall counts as skin
+
+
+@pytest.mark.parametrize("tint", [(1.0, 1.0, 1.0), (0.6, 1.0, 1.3), (0.5, 0.5, 0.5)])
+def test_a_bare_face_keeps_all_its_pixels_in_the_colour_statistics(astro, source, tint):
+    # Its eyes, brows and lips are far from its skin's colour but belong to it: the statistics
+    # of a face with nothing in front of it are taken over the whole mask, as they always were.
+    frame, points = move(astro, similarity(angle=-6, scale=1.2))
+    frame = np.clip(frame * np.array(tint), 0, 255).astype(np.uint8)
+    result = ClassicalSwapper(ClassicalOptions()).forward(frame, face_of(points), source)
+    x0, y0, x1, y1 = result.region
+    masks = prepare_masks(region_points(place_forehead(points, source.landmarks), result),
+                          result.valid, ClassicalOptions().feather, True, 0.12)
+    for image in (frame[y0:y1, x0:x1], result.patch):
+        ycc = cv2.cvtColor(image, cv2.COLOR_BGR2YCrCb)
+        assert face_pixels(ycc, masks.core) is masks.core
 
 
 def _face_patch(astro: Astronaut) -> tuple[np.ndarray, np.ndarray]:
