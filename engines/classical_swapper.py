@@ -27,6 +27,7 @@ from engines.blend import (
 )
 from engines.errors import EngineError
 from engines.face import BROWS, Face, ImageBGR, Landmarks68, SwapResult
+from engines.occlusion import cut_occlusion
 from engines.piecewise_affine import (
     Points,
     SourceMesh,
@@ -479,6 +480,12 @@ class ClassicalSwapper:
         masks = prepare_masks(lm, result.valid, cfg.feather, cfg.keep_mouth, cfg.mouth_open)
         if len(lm) > 68:
             masks = keep_target_hair(roi, lm, masks, int(round(cfg.feather * face_size(lm[:68]) / 2)))
+        if face.occlusion is not None:
+            # Something in front of the face (the tracker's finding): it stays in front, and
+            # the colour statistics leave it out.
+            alpha, core = cut_occlusion(masks.alpha, masks.core, face.occlusion, (x0, y0),
+                                        int(round(cfg.feather * face_size(lm[:68]) / 2)))
+            masks = FaceMasks(alpha=alpha, core=core)
         patch = transfer_color(result.patch, roi, masks.core) if cfg.color_transfer \
             else result.patch
         patch = match_detail(patch, roi, masks.core, cfg.detail)

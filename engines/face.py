@@ -24,17 +24,29 @@ INNER_LIPS = slice(60, 68)
 
 
 @dataclass(frozen=True, eq=False)
+class Occlusion:
+    """What stands in front of a face: `mask` (SIZE x SIZE, 255 on an occluder) in the face's
+    canonical frame and `to_frame`, the 2x3 map of its pixels to frame pixels
+    (engines.occlusion)."""
+
+    mask: npt.NDArray[np.uint8]
+    to_frame: npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, eq=False)
 class Face:
     """One target face in one frame: its box, its 68 landmarks and the detector's score.
 
     `kps5` is the detector's own five points when the run aligns with them (the reference
-    mode); None: alignment uses five points made from the 68 landmarks."""
+    mode); None: alignment uses five points made from the 68 landmarks. `occlusion`: what
+    the tracker found in front of the face this frame (None: nothing, or not looked for)."""
 
     box: Box
     landmarks: Landmarks68
     score: float = 1.0
     track_id: int = -1
     kps5: Keypoints5 | None = None
+    occlusion: Occlusion | None = None
 
     @property
     def width(self) -> float:

@@ -71,6 +71,9 @@ class TrackConfig:
     # one-euro (every point through a One-Euro filter, min_cutoff and beta above).
     smoother: str = "pose"
     points: str = "landmarks"  # alignment: landmarks (five made from the 68) | detector (its own five)
+    # Look for what stands in front of each face (its appearance against the one remembered
+    # while it was seen clean, engines/occlusion.py): the classical swap leaves it in front.
+    occlusion: bool = True
 
     def __post_init__(self) -> None:
         _check(0.0 < self.match_iou < 1.0, f"track.match_iou must be in (0, 1), got {self.match_iou}")
@@ -82,6 +85,7 @@ class TrackConfig:
         _check(isinstance(self.smoothing, bool), f"track.smoothing must be true or false, got {self.smoothing!r}")
         _check(self.smoother in SMOOTHERS,
                f"track.smoother must be one of {', '.join(SMOOTHERS)}, got {self.smoother!r}")
+        _check(isinstance(self.occlusion, bool), f"track.occlusion must be true or false, got {self.occlusion!r}")
         _check(self.points in ALIGN_POINTS,
                f"track.points must be one of {', '.join(ALIGN_POINTS)}, got {self.points!r}")
 

@@ -53,8 +53,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68
+from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, Occlusion
 from engines.frame_views import FrameViews
+from engines.occlusion import AppearanceReference
 from engines.protocols import Detector, Embedder, Landmarker, PointDetector
 from stream.analysis.background_detector import BackgroundDetector
 from stream.analysis.face_motion import face_motion, move_box
@@ -138,10 +139,12 @@ class Track:
     matched: bool = field(default=False, repr=False)
     kps5: Keypoints5 | None = field(default=None, repr=False)  # the detector's points, this frame's
     order: int = 0  # its detection's place in the detector's output, at the last detection
+    appearance: AppearanceReference | None = field(default=None, repr=False)  # track.occlusion
+    occlusion: Occlusion | None = field(default=None, repr=False)  # in front of it, this frame
 
     def face(self) -> Face:
         return Face(box=landmark_box(self.landmarks), landmarks=self.landmarks,
-                    score=self.score, track_id=self.id, kps5=self.kps5)
+                    score=self.score, track_id=self.id, kps5=self.kps5, occlusion=self.occlusion)
 
 
 class Tracker:
@@ -259,6 +262,8 @@ class Tracker:
             tr.age += 1
             if not _on_frame(tr.landmarks, w, h):
                 continue
+            if self.track_cfg.occlusion:
+                self._look_for_occluders(tr, frame)
             alive.append(tr)
         self.tracks = alive
         if alive and grey is not None:
@@ -266,6 +271,22 @@ class Tracker:
                 self._prev_grey = np.empty_like(grey)
             np.copyto(self._prev_grey, grey)
         return [tr for tr in alive if tr.missed == 0]
+
+    @staticmethod
+    def _look_for_occluders(tr: Track, frame: FrameViews) -> None:
+        """What stands in front of the face this frame (its appearance compared with the one
+        remembered while it was seen clean); the remembered one learns from clean frames
+        only: detected, not held or coasting behind something."""
+        bgr = frame if isinstance(frame, np.ndarray) else frame.bgr
+        tr.occlusion = None
+        if bgr.ndim != 3:
+            return
+        clean = tr.missed == 0 and not (tr.held or tr.doubted or tr.coasted)
+        if tr.appearance is None:
+            if not clean:
+                return
+            tr.appearance = AppearanceReference(tr.landmarks)
+        tr.occlusion = tr.appearance.update(bgr, tr.landmarks, clean)
 
     def _detect_in_background(self, frame: FrameViews, seq: int, due: bool) -> None:
         bg = self.background
