@@ -333,6 +333,7 @@ class ClassicalSwapper:
     """Landmark-driven piecewise-affine face swap with colour transfer and soft/Poisson blend."""
 
     name = "classical"
+    cuts_occluders = True  # paste leaves out a face's `occlusion` (engines.occlusion.find_occluders)
 
     def __init__(self, config: ClassicalOptions | None = None) -> None:
         self.config = config or ClassicalOptions()

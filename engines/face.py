@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -34,12 +34,25 @@ class Occlusion:
 
 
 @dataclass(frozen=True, eq=False)
+class Look:
+    """A face's look for occluders, taken where its swap is pasted (engines.occlusion.
+    find_occluders): `reference` is its track's remembered appearance (an
+    engines.occlusion.AppearanceReference, made by the tracker), `clean` whether the tracker
+    saw the face clean this frame (detected, not held or coasting behind something), so that
+    the reference learns from it."""
+
+    reference: Any
+    clean: bool
+
+
+@dataclass(frozen=True, eq=False)
 class Face:
     """One target face in one frame: its box, its 68 landmarks and the detector's score.
 
     `kps5` is the detector's own five points when the run aligns with them (the reference
-    mode); None: alignment uses five points made from the 68 landmarks. `occlusion`: what
-    the tracker found in front of the face this frame (None: nothing, or not looked for)."""
+    mode); None: alignment uses five points made from the 68 landmarks. `look`: the tracker's
+    handle for looking for occluders (None: not looked for); `occlusion`: what was found in
+    front of the face this frame (engines.occlusion.find_occluders; None: nothing)."""
 
     box: Box
     landmarks: Landmarks68
@@ -47,6 +60,7 @@ class Face:
     track_id: int = -1
     kps5: Keypoints5 | None = None
     occlusion: Occlusion | None = None
+    look: Look | None = None
 
     @property
     def width(self) -> float:

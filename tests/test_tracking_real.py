@@ -8,6 +8,7 @@ import pytest
 from engines.classical_swapper import ClassicalOptions
 from engines.dlib_detector import DlibHogDetector
 from engines.frame_views import FrameViews
+from engines.occlusion import find_occluders
 from engines.registry import build_engines
 from stream.analysis.tracklets import Tracker, iou, landmark_box
 from stream.config import Config
@@ -84,7 +85,8 @@ def swap_scene(engines, scene: Scene, occlusion: bool):  # type: ignore[no-untyp
     out = []
     for i in range(scene.n_frames):
         frame, truth = scene.frame(i)
-        faces = [tr.face() for tr in tracker.update(FrameViews(frame), i, i / 30)]
+        # As the composite stage does: every face looked at before any is pasted.
+        faces = find_occluders(frame, [tr.face() for tr in tracker.update(FrameViews(frame), i, i / 30)])
         swapped = frame.copy()
         for face in faces:
             result = engines.swapper.forward(frame, face, source)

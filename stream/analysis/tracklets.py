@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, Occlusion
+from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, Look
 from engines.frame_views import FrameViews
 from engines.occlusion import AppearanceReference
 from engines.protocols import Detector, Embedder, Landmarker, PointDetector
@@ -140,11 +140,11 @@ class Track:
     kps5: Keypoints5 | None = field(default=None, repr=False)  # the detector's points, this frame's
     order: int = 0  # its detection's place in the detector's output, at the last detection
     appearance: AppearanceReference | None = field(default=None, repr=False)  # track.occlusion
-    occlusion: Occlusion | None = field(default=None, repr=False)  # in front of it, this frame
+    look: Look | None = field(default=None, repr=False)  # this frame's, for the composite stage
 
     def face(self) -> Face:
         return Face(box=landmark_box(self.landmarks), landmarks=self.landmarks,
-                    score=self.score, track_id=self.id, kps5=self.kps5, occlusion=self.occlusion)
+                    score=self.score, track_id=self.id, kps5=self.kps5, look=self.look)
 
 
 class Tracker:
@@ -263,7 +263,7 @@ class Tracker:
             if not _on_frame(tr.landmarks, w, h):
                 continue
             if self.track_cfg.occlusion:
-                self._look_for_occluders(tr, frame)
+                self._look_for_occluders(tr)
             alive.append(tr)
         self.tracks = alive
         if alive and grey is not None:
@@ -273,20 +273,18 @@ class Tracker:
         return [tr for tr in alive if tr.missed == 0]
 
     @staticmethod
-    def _look_for_occluders(tr: Track, frame: FrameViews) -> None:
-        """What stands in front of the face this frame (its appearance compared with the one
-        remembered while it was seen clean); the remembered one learns from clean frames
-        only: detected, not held or coasting behind something."""
-        bgr = frame if isinstance(frame, np.ndarray) else frame.bgr
-        tr.occlusion = None
-        if bgr.ndim != 3:
-            return
+    def _look_for_occluders(tr: Track) -> None:
+        """The face's look for occluders this frame: its remembered appearance (made when it is
+        first seen clean) and whether it is clean now (detected, not held or coasting behind
+        something: the reference learns from clean frames only). The comparison itself is
+        the composite stage's (engines.occlusion.find_occluders)."""
         clean = tr.missed == 0 and not (tr.held or tr.doubted or tr.coasted)
         if tr.appearance is None:
             if not clean:
+                tr.look = None
                 return
             tr.appearance = AppearanceReference(tr.landmarks)
-        tr.occlusion = tr.appearance.update(bgr, tr.landmarks, clean)
+        tr.look = Look(tr.appearance, clean)
 
     def _detect_in_background(self, frame: FrameViews, seq: int, due: bool) -> None:
         bg = self.background

@@ -2,6 +2,7 @@
 then each result pasted back into its frame, region by region."""
 from __future__ import annotations
 
+from engines.occlusion import find_occluders
 from engines.protocols import Enhancer, Swapper
 from stream.runtime.metrics import Metrics
 from stream.runtime.slot import Slot
@@ -29,6 +30,10 @@ class CompositeWorker:
             # loop): pasting the results in order gives that composite, seams-free.
             found = self.swapper.finish_batch(image, swapped.batch, swapped.output)
             pairs = tuple((face, res) for face, res in zip(swapped.faces, found) if res is not None)
+        if pairs and getattr(self.paster, "cuts_occluders", False):
+            # Every face looked at on the frame as decoded, before any paste changes it.
+            faces = find_occluders(image, [face for face, _ in pairs])
+            pairs = tuple(zip(faces, (res for _, res in pairs)))
         for face, result in pairs:
             self.paster.paste(image, face, result)
         n = len(pairs)

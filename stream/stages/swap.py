@@ -3,6 +3,7 @@ enhancer, when there is one). The crops were made by the analyse stage; the past
 the composite stage's, so this stage's model call overlaps their CPU work."""
 from __future__ import annotations
 
+from engines.occlusion import find_occluders
 from engines.protocols import Enhancer, Swapper
 from stream.runtime.slot import Slot
 from stream.stages.records import PreparedFaces, SwappedFaces
@@ -33,6 +34,9 @@ class SwapWorker:
         image = item.image
         found = self.swapper.finish_batch(image, prepared.batch, output)
         pairs = [(face, res) for face, res in zip(prepared.faces, found) if res is not None]
+        if pairs and getattr(self.swapper, "cuts_occluders", False):
+            faces = find_occluders(image, [face for face, _ in pairs])
+            pairs = list(zip(faces, (res for _, res in pairs)))
         enhanced = []
         for face, res in pairs:
             self.swapper.paste(image, face, res)
