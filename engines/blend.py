@@ -168,10 +168,12 @@ def _median_and_spread(hist: np.ndarray) -> tuple[int, float]:
 
 
 def face_pixels(ycc: np.ndarray, mask: Mask) -> Mask:
-    """`mask` less the pixels whose colour (YCrCb) is far from most of the mask's: what covers
-    part of the face (a bar, a cup, a hand in shadow) or a glint. A pixel more than 3 robust
-    spreads from the median in any channel is left out when such pixels are at least 8% of
-    the mask and under half of it; otherwise the mask is returned as it is."""
+    """`mask` less the pixels whose colour (YCrCb) is far from most of the mask's: the wall or
+    the hair a face's mask takes in where its points overshoot the face (a turned face). A
+    pixel more than 3 robust spreads (1.4826 MAD) from the median in any channel is left out
+    when such pixels are at least 12% of the mask and under half of it; otherwise the mask is
+    returned as it is. A dark or white thing of nearly neutral colour in front of the face may
+    stay in (its luma widens the spread past it): occluders are engines.occlusion's."""
     lo, hi = [], []
     for c in range(3):
         hist = cv2.calcHist([ycc], [c], mask, [256], [0, 256]).ravel()
