@@ -27,6 +27,7 @@ from engines.blend import (
 )
 from engines.errors import EngineError
 from engines.face import BROWS, Face, ImageBGR, Landmarks68, SwapResult
+from engines.face_align import fit_similarity
 from engines.occlusion import cut_occlusion
 from engines.piecewise_affine import (
     Points,
@@ -173,20 +174,6 @@ def extend_forehead(landmarks: Landmarks68, reach: float | npt.NDArray[np.float3
 
 _SHAPE_POINTS = slice(17, 36)  # brows and nose: moved point by point
 _EYES = (slice(36, 42), slice(42, 48))  # each eye moved as a whole (its lids stay the target's)
-
-
-def fit_similarity(source: Points, target: Points) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Least-squares 2-D similarity (rotation, scale, shift) of `source` onto `target` points,
-    in closed form: returns (L, mu_s, mu_t) with target ~ (source - mu_s) @ L + mu_t."""
-    src, dst = source.astype(np.float64), target.astype(np.float64)
-    mu_s, mu_t = src.mean(axis=0), dst.mean(axis=0)
-    a, b = src - mu_s, dst - mu_t
-    norm = float((a * a).sum())
-    if norm <= 1e-9:
-        return np.eye(2), mu_s, mu_t
-    c = float((a * b).sum()) / norm
-    s = float((a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]).sum()) / norm
-    return np.array([[c, s], [-s, c]]), mu_s, mu_t
 
 
 def blend_shape(target: Landmarks68, source: Landmarks68, amount: float) -> Landmarks68:
@@ -479,14 +466,13 @@ class ClassicalSwapper:
         lm = extend_forehead(np.asarray(face.landmarks, np.float32), 1.5 * cfg.forehead) \
             - np.array([x0, y0], np.float32)
         masks = prepare_masks(lm, result.valid, cfg.feather, cfg.keep_mouth, cfg.mouth_open)
+        edge = int(round(cfg.feather * face_size(lm[:68]) / 2))  # the soft edge of a cut
         if len(lm) > 68:
-            masks = keep_target_hair(roi, lm, masks, int(round(cfg.feather * face_size(lm[:68]) / 2)))
+            masks = keep_target_hair(roi, lm, masks, edge)
         if face.occlusion is not None:
-            # Something in front of the face (the tracker's finding): it stays in front, and
-            # the colour statistics leave it out.
-            alpha, core = cut_occlusion(masks.alpha, masks.core, face.occlusion, (x0, y0),
-                                        int(round(cfg.feather * face_size(lm[:68]) / 2)))
-            masks = FaceMasks(alpha=alpha, core=core)
+            # Something in front of the face (found where the swap is pasted): it stays in
+            # front, and the colour statistics leave it out.
+            masks = cut_occlusion(masks, face.occlusion, (x0, y0), edge)
         patch = transfer_color(result.patch, roi, masks.core) if cfg.color_transfer \
             else result.patch
         patch = match_detail(patch, roi, masks.core, cfg.detail)

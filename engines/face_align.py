@@ -107,6 +107,21 @@ def _umeyama(src: np.ndarray, dst: np.ndarray) -> npt.NDArray[np.float64]:
     return t
 
 
+def fit_similarity(source: npt.NDArray[np.floating], target: npt.NDArray[np.floating]
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Least-squares 2-D similarity (rotation, scale, shift) of `source` onto `target` points,
+    in closed form: returns (L, mu_s, mu_t) with target ~ (source - mu_s) @ L + mu_t."""
+    src, dst = source.astype(np.float64), target.astype(np.float64)
+    mu_s, mu_t = src.mean(axis=0), dst.mean(axis=0)
+    a, b = src - mu_s, dst - mu_t
+    norm = float((a * a).sum())
+    if norm <= 1e-9:
+        return np.eye(2), mu_s, mu_t
+    c = float((a * b).sum()) / norm
+    s = float((a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]).sum()) / norm
+    return np.array([[c, s], [-s, c]]), mu_s, mu_t
+
+
 def estimate_norm(kps5: Kps5, size: int, template: str | AlignTemplate) -> Affine:
     """The 2x3 similarity transform (4 DOF) taking the five points onto the template at `size`.
 

@@ -28,7 +28,9 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from engines.blend import FaceMasks
 from engines.face import Face, ImageBGR, Landmarks68, Occlusion
+from engines.face_align import fit_similarity
 
 SIZE = 64  # canonical face frame, pixels a side
 _SPAN = 38.0  # the template's landmark box, pixels (the rest is margin for registration)
@@ -52,19 +54,6 @@ _KERNEL = np.ones((3, 3), np.uint8)
 _SLACK_KERNEL = np.ones((2 * SLACK + 1, 2 * SLACK + 1), np.uint8)
 _WINDOW = cv2.createHanningWindow((SIZE, SIZE), cv2.CV_32F)
 MAX_REGISTER = SIZE / 8  # largest shift registration may make, canonical pixels
-
-
-def _similarity(src: npt.NDArray[np.float64], dst: npt.NDArray[np.float64]) -> np.ndarray:
-    """The 2x3 least-squares similarity taking `src` points onto `dst` points."""
-    mu_s, mu_t = src.mean(axis=0), dst.mean(axis=0)
-    a, b = src - mu_s, dst - mu_t
-    norm = float((a * a).sum())
-    if norm <= 1e-9:
-        return np.array([[1.0, 0.0, mu_t[0] - mu_s[0]], [0.0, 1.0, mu_t[1] - mu_s[1]]])
-    c = float((a * b).sum()) / norm
-    s = float((a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]).sum()) / norm
-    lin = np.array([[c, -s], [s, c]])
-    return np.hstack([lin, (mu_t - lin @ mu_s)[:, None]])
 
 
 def _channel_max(image: np.ndarray) -> np.ndarray:
@@ -122,7 +111,8 @@ class AppearanceReference:
         face detected, not held behind something): the occluders found, or None."""
         if self.area_px < 64:
             return None
-        to_canon = _similarity(np.asarray(landmarks, np.float64), self.template)
+        linear, mu_s, mu_t = fit_similarity(np.asarray(landmarks, np.float64), self.template)
+        to_canon = np.hstack([linear.T, (mu_t - mu_s @ linear)[:, None]])
         ycc, to_frame, inside = self.canonical(image, to_canon)
         if self.mean is None:
             if clean:
@@ -204,21 +194,21 @@ def find_occluders(image: ImageBGR, faces: Sequence[Face]) -> list[Face]:
     return out
 
 
-def cut_occlusion(alpha: npt.NDArray[np.uint8], core: npt.NDArray[np.uint8], occlusion: Occlusion,
-                  origin: tuple[int, int], radius: int) -> tuple[np.ndarray, np.ndarray]:
-    """`alpha` and `core` (a region's blend masks, its top-left corner at `origin` in the
-    frame) with the occluders taken out: alpha 0 on them and rising over `radius` pixels
-    outside them; core 0 on them and `radius` around (colour statistics leave them out)."""
-    h, w = alpha.shape[:2]
+def cut_occlusion(masks: FaceMasks, occlusion: Occlusion, origin: tuple[int, int], radius: int) -> FaceMasks:
+    """A region's blend masks (its top-left corner at `origin` in the frame) with the
+    occluders taken out: alpha 0 on them and rising over `radius` pixels outside them; core 0
+    on them and `radius` around (colour statistics leave them out)."""
+    h, w = masks.alpha.shape[:2]
     m = occlusion.to_frame.astype(np.float64).copy()
     m[:, 2] -= origin
     hard = cv2.warpAffine(occlusion.mask, m, (w, h), flags=cv2.INTER_LINEAR)
     if not hard.any():
-        return alpha, core
+        return masks
     _, hard = cv2.threshold(hard, 127, 255, cv2.THRESH_BINARY)
     r = max(int(radius), 2)
     grown = cv2.dilate(hard, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (r + 1 - r % 2,) * 2))
     soft = cv2.GaussianBlur(grown, (2 * r + 1, 2 * r + 1), 0)
     cv2.max(soft, hard, dst=soft)
     keep = cv2.bitwise_not(soft)
-    return cv2.multiply(alpha, keep, scale=1 / 255.0), cv2.min(core, cv2.bitwise_not(grown))
+    return FaceMasks(alpha=cv2.multiply(masks.alpha, keep, scale=1 / 255.0),
+                     core=cv2.min(masks.core, cv2.bitwise_not(grown)))
