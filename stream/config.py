@@ -208,6 +208,24 @@ class Config:
         return dataclasses.asdict(self)
 
 
+def _check_kind(name: str, default: object, value: object) -> None:
+    """A field's value is of its default's kind (a number where the default is a number ...),
+    so a bad override gets a line naming it rather than a comparison failing in a check.
+    None passes (some fields take it: a model named `none`); the field's own check has it."""
+    if value is None:
+        return
+    if isinstance(default, bool):
+        _check(isinstance(value, bool), f"{name} must be true or false, got {value!r}")
+    elif isinstance(default, int):
+        _check(isinstance(value, int) and not isinstance(value, bool),
+               f"{name} must be a whole number, got {value!r}")
+    elif isinstance(default, float):
+        _check(isinstance(value, (int, float)) and not isinstance(value, bool),
+               f"{name} must be a number, got {value!r}")
+    elif isinstance(default, str):
+        _check(isinstance(value, str), f"{name} must be text, got {value!r}")
+
+
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'} must be a mapping, got {data!r}")
@@ -220,6 +238,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         if dataclasses.is_dataclass(sub):
             kwargs[key] = _build(sub, value, f"{where}{key}.")  # type: ignore[arg-type]
         else:
+            _check_kind(where + key, known[key].default, value)
             kwargs[key] = value
     try:
         return cls(**kwargs)

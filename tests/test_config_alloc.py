@@ -60,6 +60,19 @@ def test_bad_overrides_name_the_field(override: str, needle: str) -> None:
         load_config(None, [override])
 
 
+@pytest.mark.parametrize("override, message", [
+    ("swap.feather=abc", "swap.feather must be a number, got 'abc'"),
+    ("detect.every=often", "detect.every must be a whole number, got 'often'"),
+    ("detect.every=2.5", "detect.every must be a whole number, got 2.5"),
+    ("track.occlusion=1", "track.occlusion must be true or false, got 1"),
+    ("encode.preset=3", "encode.preset must be text, got 3"),
+])
+def test_a_value_of_the_wrong_kind_is_named_in_one_line(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert str(err.value) == message
+
+
 def test_unknown_preset_lists_the_known_ones() -> None:
     with pytest.raises(ConfigError, match="fast"):
         load_config("turbo")
