@@ -48,10 +48,15 @@ def face_size(landmarks: Landmarks68) -> float:
 
 
 def mouth_open_ratio(landmarks: Landmarks68) -> float:
-    """Inner-lip gap (points 62-66) over mouth width (48-54)."""
+    """Inner-lip gap (points 62-66) over the mouth's width (48-54) or, when larger, the
+    nose-to-chin distance (33-8). A head turned away narrows the mouth but not the lower
+    face's height: over the width alone, parted lips on a face turned about 45 degrees read
+    twice as open as on a frontal one, and the target's lips were kept as a jagged hole in
+    the swap."""
     gap = float(np.linalg.norm(landmarks[66] - landmarks[62]))
     width = float(np.linalg.norm(landmarks[54] - landmarks[48]))
-    return gap / max(width, 1e-6)
+    height = float(np.linalg.norm(landmarks[8] - landmarks[33]))
+    return gap / max(width, height, 1e-6)
 
 
 def _odd(radius: int) -> tuple[int, int]:

@@ -354,6 +354,17 @@ def test_mouth_open_ratio(astro):
     assert mouth_open_ratio(set_mouth(astro.landmarks, 14.0)) > 0.2
 
 
+@pytest.mark.parametrize("gap", [3.0, 14.0])
+def test_a_turned_head_does_not_open_the_mouth(astro, gap):
+    # The same face turned about 55 degrees away: seen from the side its width shrinks to
+    # cos(55) = 0.57 of it, its height does not. Its lips are no more open than before.
+    points = set_mouth(astro.landmarks, gap)
+    centre = points.mean(axis=0)
+    turned = (points - centre) * (0.57, 1.0) + centre
+    assert mouth_open_ratio(turned) == pytest.approx(mouth_open_ratio(points), rel=0.2)
+    assert (mouth_open_ratio(turned) > 0.12) == (mouth_open_ratio(points) > 0.12)
+
+
 @pytest.mark.parametrize("tint", [(0.6, 1.0, 1.3), (1.2, 0.8, 0.7), (0.5, 0.5, 0.5)])
 def test_colour_transfer_moves_the_face_toward_the_target(astro, source, tint):
     frame, points = move(astro, similarity(angle=-6, scale=1.2))
