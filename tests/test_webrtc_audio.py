@@ -64,9 +64,11 @@ def _check(got: dict[str, Any], via: str) -> None:
     assert state["via"] == via and state["error"] is None
     sound = state["audio"]
     # The sound went through the delay line: received, sent back, held by about the
-    # pictures' latency (never beyond the delay line's bound).
+    # pictures' latency less the Opus look-ahead (never beyond the delay line's bound). The
+    # flashing pictures hold no face, so on a quick frame the pictures' latency can be under
+    # the look-ahead (6.5 ms) and the last packet is then held by nothing (once in CI).
     assert sound["received"] > 100 and sound["sent"] > 100, sound
-    assert 0 < sound["held_ms"] < 1000, sound
+    assert 0 <= sound["held_ms"] < 1000, sound
 
 
 def test_the_page_session_sends_the_peers_sound_back_in_sync(shared_job: SwapJob) -> None:
