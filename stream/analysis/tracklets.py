@@ -16,7 +16,8 @@ maps to, and its age. Per frame:
   the flow followed and then loses (something in front of it, or a cut) keeps its last
   motion instead until a detection says which, and while something is in front of a face
   (the flow lost it, or the detector misses it) its last points move with it rather than
-  being placed anew, where the predictor's would follow the occluder;
+  being placed anew, where the predictor's would follow the occluder; so do they from the
+  first frame the flow loses part of the face (`COVERED_SHARE`), before it loses all of it;
 - a detection that misses a followed face does not end it at once when the detector can
   confirm a box (the dlib engine's face filter: landmarks laid out as a face, an embedding
   that reads as one): a face behind a cup or a bar is still a face there, and is kept for up
@@ -58,7 +59,7 @@ from engines.frame_views import FrameViews
 from engines.occlusion import AppearanceReference
 from engines.protocols import Detector, Embedder, Landmarker, PointDetector
 from stream.analysis.background_detector import BackgroundDetector
-from stream.analysis.face_motion import face_motion, move_box
+from stream.analysis.face_motion import face_motion, follow_face, move_box
 from stream.analysis.one_euro import OneEuroFilter
 from stream.analysis.pose_smoother import PoseShapeSmoother
 from stream.config import DetectConfig, TrackConfig
@@ -75,6 +76,15 @@ MAX_COAST = 6
 # Detections in a row that may keep a held face the face filter does not confirm, while the
 # optical flow follows its picture (an occluder over the eyes, not a scene cut).
 MAX_DOUBTED = 2
+# Shares of a followed face's inner points that the optical flow follows (a bare face's:
+# 0.88-1.0). Under COVERED_SHARE something has come in front of part of the face: its last
+# points move with the flow instead of being placed anew by the predictor, which follows the
+# occluder's edge (a bar entering a still face dragged them 7 px before the flow lost it, the
+# held swap sat that far off the face for 20 frames and snapped back: flicker 1.17x the
+# input's). Under LOST_SHARE the fit to what is left is not the face's motion (a bar over
+# half the face turned it by 3 degrees): the flow counts as lost and the face coasts.
+COVERED_SHARE = 0.8
+LOST_SHARE = 0.6
 VELOCITY_MIX = 0.5  # weight of this frame's shift in a track's velocity (an exponential average)
 COAST_KEEP = 0.7  # share of its velocity a coasting box keeps each frame (it travels <= 3.3x it)
 
@@ -141,6 +151,7 @@ class Track:
     order: int = 0  # its detection's place in the detector's output, at the last detection
     appearance: AppearanceReference | None = field(default=None, repr=False)  # track.occlusion
     look: Look | None = field(default=None, repr=False)  # this frame's, for the composite stage
+    covered: bool = False  # the flow lost part of its face (COVERED_SHARE): something in front
 
     def face(self) -> Face:
         return Face(box=landmark_box(self.landmarks), landmarks=self.landmarks,
@@ -207,13 +218,19 @@ class Tracker:
         for tr in self.tracks:
             tr.step = None
             if not tr.matched:  # between detections: the box moves as the face's picture moved
-                motion = (face_motion(self._prev_grey, grey, tr.raw)
-                          if grey is not None and self._prev_grey is not None
-                          and self._prev_grey.shape == grey.shape else None)
+                followed_now = (follow_face(self._prev_grey, grey, tr.raw)
+                                if grey is not None and self._prev_grey is not None
+                                and self._prev_grey.shape == grey.shape else None)
+                share = 0.0 if followed_now is None else followed_now[1]
+                # Part of the face hidden: the predictor's points would follow what is in front.
+                tr.covered = followed_now is not None and share < COVERED_SHARE
+                # Most of it hidden: the fit to the rest is no longer the face's motion.
+                motion = None if followed_now is None or share < LOST_SHARE else followed_now[0]
                 if motion is not None:
                     moved = move_box(tr.box, motion)
                     # Averaged: an occluder crossing the face jolts the flow's single frames.
-                    tr.velocity = _mix(tr.velocity, _centre_shift(tr.box, moved), VELOCITY_MIX)
+                    if not tr.covered:  # a covered face's fit is the less sure: not extrapolated
+                        tr.velocity = _mix(tr.velocity, _centre_shift(tr.box, moved), VELOCITY_MIX)
                     tr.box, tr.flowed, tr.coasted, tr.step = moved, True, 0, motion
                 elif tr.flowed and _inside(tr.box, w, h):
                     # A face followed by its picture that suddenly cannot be: something in
@@ -244,7 +261,10 @@ class Tracker:
         alive: list[Track] = []
         found = self.landmarker.forward_many(frame, [tr.box for tr in self.tracks]) if self.tracks else []
         for tr, raw in zip(self.tracks, found):
-            if tr.age and tr.step is not None and (tr.held or tr.doubted or tr.coasted):
+            if tr.age and (tr.held or tr.doubted or tr.coasted or tr.covered) \
+                    and (tr.step is not None or tr.covered):
+                if tr.step is None:  # a detection's frame: no flow, the face taken as still
+                    tr.step = np.eye(2, 3)
                 # Something in front of the face (the detector misses it, or its picture cannot
                 # be followed): the predictor's points would follow the occluder, so its last
                 # points move as its picture (or its box) moved.
@@ -278,7 +298,7 @@ class Tracker:
         first seen clean) and whether it is clean now (detected, not held or coasting behind
         something: the reference learns from clean frames only). The comparison itself is
         the composite stage's (engines.occlusion.find_occluders)."""
-        clean = tr.missed == 0 and not (tr.held or tr.doubted or tr.coasted)
+        clean = tr.missed == 0 and not (tr.held or tr.doubted or tr.coasted or tr.covered)
         if tr.appearance is None:
             if not clean:
                 tr.look = None
