@@ -21,6 +21,7 @@ from engines.face import Box, Landmarks68
 # Every other point of the brows, nose, eyes and mouth (26 of them; the jaw line lies on the
 # face's border, where the background moves): as good an estimate as all 51, at half the cost.
 INNER = slice(17, 68, 2)
+ALL_INNER = slice(17, 68)
 MIN_POINTS = 10  # fewer followed points than this: no motion estimate
 CRITERIA = (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 20, 0.03)
 
@@ -33,13 +34,15 @@ def face_motion(prev: np.ndarray, cur: np.ndarray, points: Landmarks68) -> np.nd
     return None if followed is None else followed[0]
 
 
-def follow_face(prev: np.ndarray, cur: np.ndarray, points: Landmarks68
+def follow_face(prev: np.ndarray, cur: np.ndarray, points: Landmarks68, dense: bool = False
                 ) -> tuple[np.ndarray, float] | None:
     """`face_motion`, and the share of the face's inner points that moved with it (followed
     both ways and within the fit's tolerance; points at the frame's edge not counted). A
     bare face's is 0.88-1.0 from frame to frame; something coming in front of it takes its
     points away (a bar entering a still face: 0.92, 0.85, 0.69, 0.62 over four frames, then
-    0.4-0.5, where the fit to what is left turned the face by 3 degrees)."""
+    0.4-0.5, where the fit to what is left turned the face by 3 degrees). `dense`: all 51
+    inner points (for a face partly hidden: every other one left too few to follow once a
+    bar covered more than half of a face)."""
     h, w = cur.shape[:2]
     x0, y0 = points.min(axis=0)
     x1, y1 = points.max(axis=0)
@@ -51,7 +54,7 @@ def follow_face(prev: np.ndarray, cur: np.ndarray, points: Landmarks68
     rx1, ry1 = min(w, int(x1 + pad) + 1), min(h, int(y1 + pad) + 1)
     if rx1 - rx0 < 16 or ry1 - ry0 < 16:
         return None
-    p0 = points[INNER].astype(np.float32) - np.float32((rx0, ry0))
+    p0 = points[ALL_INNER if dense else INNER].astype(np.float32) - np.float32((rx0, ry0))
     inside = (p0[:, 0] >= 0) & (p0[:, 0] < rx1 - rx0 - 1) & (p0[:, 1] >= 0) & (p0[:, 1] < ry1 - ry0 - 1)
     p0 = p0[inside]
     if len(p0) < MIN_POINTS:

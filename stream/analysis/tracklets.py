@@ -82,7 +82,8 @@ MAX_DOUBTED = 2
 # occluder's edge (a bar entering a still face dragged them 7 px before the flow lost it, the
 # held swap sat that far off the face for 20 frames and snapped back: flicker 1.17x the
 # input's). Under LOST_SHARE the fit to what is left is not the face's motion (a bar over
-# half the face turned it by 3 degrees): the flow counts as lost and the face coasts.
+# half the face turned it by 3 degrees): the face keeps its last motion, as when the flow
+# loses it, but counts as followed (no scene cut), so a detection is not forced.
 COVERED_SHARE = 0.8
 LOST_SHARE = 0.6
 VELOCITY_MIX = 0.5  # weight of this frame's shift in a track's velocity (an exponential average)
@@ -218,14 +219,19 @@ class Tracker:
         for tr in self.tracks:
             tr.step = None
             if not tr.matched:  # between detections: the box moves as the face's picture moved
-                followed_now = (follow_face(self._prev_grey, grey, tr.raw)
+                followed_now = (follow_face(self._prev_grey, grey, tr.raw, dense=tr.covered)
                                 if grey is not None and self._prev_grey is not None
                                 and self._prev_grey.shape == grey.shape else None)
                 share = 0.0 if followed_now is None else followed_now[1]
                 # Part of the face hidden: the predictor's points would follow what is in front.
                 tr.covered = followed_now is not None and share < COVERED_SHARE
-                # Most of it hidden: the fit to the rest is no longer the face's motion.
-                motion = None if followed_now is None or share < LOST_SHARE else followed_now[0]
+                motion = None if followed_now is None else followed_now[0]
+                if motion is not None and share < LOST_SHARE:
+                    # Most of it hidden: the fit to the rest is no longer the face's motion.
+                    # It keeps its last one, slowing (as when the flow loses it), but is still
+                    # followed: part of its picture is, so this is no scene cut.
+                    motion = np.array([[1.0, 0.0, tr.velocity[0]], [0.0, 1.0, tr.velocity[1]]])
+                    tr.velocity = _mix(tr.velocity, (0.0, 0.0), 1.0 - COAST_KEEP)
                 if motion is not None:
                     moved = move_box(tr.box, motion)
                     # Averaged: an occluder crossing the face jolts the flow's single frames.
@@ -429,6 +435,13 @@ class Tracker:
         if confirm(frame, tr.box):
             tr.held, tr.doubted = tr.held + 1, 0
             log.debug("track %d missed by the detector, kept: its box still holds a face", tr.id)
+            return True
+        if tr.covered and tr.doubted < self.track_cfg.max_held:
+            # The optical flow follows part of the face and loses the rest: something stands in
+            # front of it (a scene cut loses all of it), and the filter may read no face
+            # behind a bar across the eyes. Kept as a confirmed face is.
+            tr.doubted += 1
+            log.debug("track %d: part of it covered, no face read in its box, kept", tr.id)
             return True
         # The filter reads no face in the box: a bar across the eyes takes away what it reads
         # a face by, and so does a scene cut. After a cut the box's picture cannot be followed
