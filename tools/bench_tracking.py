@@ -1,0 +1,56 @@
+"""Benchmark the analysis stage's tracking: ms per frame of `Tracker.update` (dlib engine,
+default config) on quality-suite scenes made in memory, best and median of a few passes.
+
+The analysis stage is the dlib pipeline's busiest: this is what a change to the tracker
+costs per frame. Run:
+
+    python tools/bench_tracking.py [--scenes small,occluder] [--repeat 5]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engines.classical_swapper import ClassicalOptions  # noqa: E402
+from engines.frame_views import FrameViews  # noqa: E402
+from engines.registry import build_engines  # noqa: E402
+from stream.analysis.tracklets import Tracker  # noqa: E402
+from stream.config import Config  # noqa: E402
+from tools.quality.clips import SCENES  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenes", default="small,occluder",
+                        help=f"comma-separated scenes (of {', '.join(SCENES)}; default small,occluder)")
+    parser.add_argument("--repeat", type=int, default=5, help="passes over each scene (default 5)")
+    args = parser.parse_args(argv)
+    names = [n for n in args.scenes.split(",") if n]
+    unknown = [n for n in names if n not in SCENES]
+    if unknown or args.repeat < 1:
+        parser.error(f"unknown scene {unknown[0]!r}" if unknown else "--repeat must be >= 1")
+    cfg = Config()
+    engines = build_engines("dlib", detect=cfg.detect, swap=ClassicalOptions(), models=cfg.models)
+    engines.open()
+    for name in names:
+        scene = SCENES[name]()
+        frames = [scene.frame(i)[0] for i in range(scene.n_frames)]
+        passes = []
+        for _ in range(args.repeat):
+            tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, cfg.detect, cfg.track)
+            start = time.perf_counter()
+            for i, frame in enumerate(frames):
+                tracker.update(FrameViews(frame), i, i / 30)
+            passes.append((time.perf_counter() - start) * 1000 / len(frames))
+        print(f"{name:12s} {len(frames)} frames {frame.shape[1]}x{frame.shape[0]}: "
+              f"{min(passes):.1f} ms/frame best, {statistics.median(passes):.1f} median of {args.repeat}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
