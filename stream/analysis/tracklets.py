@@ -222,16 +222,14 @@ class Tracker:
                 followed_now = (follow_face(self._prev_grey, grey, tr.raw, dense=tr.covered)
                                 if grey is not None and self._prev_grey is not None
                                 and self._prev_grey.shape == grey.shape else None)
-                share = 0.0 if followed_now is None else followed_now[1]
+                motion, share = followed_now if followed_now is not None else (None, 1.0)
                 # Part of the face hidden: the predictor's points would follow what is in front.
-                tr.covered = followed_now is not None and share < COVERED_SHARE
-                motion = None if followed_now is None else followed_now[0]
-                if motion is not None and share < LOST_SHARE:
+                tr.covered = share < COVERED_SHARE
+                if share < LOST_SHARE:
                     # Most of it hidden: the fit to the rest is no longer the face's motion.
                     # It keeps its last one, slowing (as when the flow loses it), but is still
                     # followed: part of its picture is, so this is no scene cut.
-                    motion = np.array([[1.0, 0.0, tr.velocity[0]], [0.0, 1.0, tr.velocity[1]]])
-                    tr.velocity = _mix(tr.velocity, (0.0, 0.0), 1.0 - COAST_KEEP)
+                    motion = _last_motion(tr)
                 if motion is not None:
                     moved = move_box(tr.box, motion)
                     # Averaged: an occluder crossing the face jolts the flow's single frames.
@@ -246,9 +244,8 @@ class Tracker:
                     # which: the face found (its points are then followed again), the face
                     # filter confirming a face in the box (kept up to track.max_held times),
                     # or neither (the track is hidden and ends).
-                    tr.box = _shifted(tr.box, tr.velocity)
-                    tr.step = np.array([[1.0, 0.0, tr.velocity[0]], [0.0, 1.0, tr.velocity[1]]])
-                    tr.velocity = _mix(tr.velocity, (0.0, 0.0), 1.0 - COAST_KEEP)
+                    tr.step = _last_motion(tr)
+                    tr.box = move_box(tr.box, tr.step)
                     self._force_detect = self._force_detect or tr.coasted % MAX_COAST == 0
                     tr.coasted += 1
                 elif _inside(tr.box, w, h):
@@ -267,10 +264,9 @@ class Tracker:
         alive: list[Track] = []
         found = self.landmarker.forward_many(frame, [tr.box for tr in self.tracks]) if self.tracks else []
         for tr, raw in zip(self.tracks, found):
-            if tr.age and (tr.held or tr.doubted or tr.coasted or tr.covered) \
-                    and (tr.step is not None or tr.covered):
-                if tr.step is None:  # a detection's frame: no flow, the face taken as still
-                    tr.step = np.eye(2, 3)
+            if tr.covered and tr.step is None:  # a detection's frame: no flow, taken as still
+                tr.step = np.eye(2, 3)
+            if tr.age and tr.step is not None and (tr.held or tr.doubted or tr.coasted or tr.covered):
                 # Something in front of the face (the detector misses it, or its picture cannot
                 # be followed): the predictor's points would follow the occluder, so its last
                 # points move as its picture (or its box) moved.
@@ -488,6 +484,14 @@ class Tracker:
         return track.embedding
 
 
+def _last_motion(tr: Track) -> np.ndarray:
+    """The 2x3 shift of a face the flow cannot follow (all of it lost, or most of it hidden):
+    its last velocity, which then slows (COAST_KEEP a frame)."""
+    step = np.array([[1.0, 0.0, tr.velocity[0]], [0.0, 1.0, tr.velocity[1]]])
+    tr.velocity = _mix(tr.velocity, (0.0, 0.0), 1.0 - COAST_KEEP)
+    return step
+
+
 def _moved(box: Box, then: Box, now: Box) -> Box:
     """`box` (of an earlier frame) moved as a face went from `then` to `now`."""
     dx = (now[0] + now[2] - then[0] - then[2]) / 2
@@ -501,10 +505,6 @@ def _centre_shift(a: Box, b: Box) -> tuple[float, float]:
 
 def _mix(a: tuple[float, float], b: tuple[float, float], w: float) -> tuple[float, float]:
     return (a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1]))
-
-
-def _shifted(box: Box, d: tuple[float, float]) -> Box:
-    return (box[0] + d[0], box[1] + d[1], box[2] + d[0], box[3] + d[1])
 
 
 def _grey(frame: FrameViews) -> np.ndarray | None:
