@@ -72,6 +72,52 @@ def test_an_untouched_output_measures_as_untouched(short_clip, short_ref, tmp_pa
     assert r.seam is None
 
 
+def test_each_face_gets_its_own_figures(short_clip, short_ref, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    frames = frames_of(short_clip.video)
+    truth = ClipTruth.load(short_clip.truth)
+    for i in (0, 4):  # the sampled frames: the face's box blurred away
+        x0, y0, x1, y1 = clip_box(truth.frames[i].faces[0], truth.size)
+        frames[i][y0:y1, x0:x1] = cv2.GaussianBlur(frames[i][y0:y1, x0:x1], (0, 0), 6)
+    out = tmp_path / "blurred.mp4"
+    write_clip(out, frames, audio=False, crf=18)
+    r = short_ref.compare(out, "blurred")
+    (face,) = r.per_face
+    assert face.face == 0 and face.samples == 2
+    assert face.dist_before == pytest.approx(r.dist_before)
+    assert face.dist_after == pytest.approx(r.dist_after) and face.dist_after != pytest.approx(face.dist_before)
+    assert face.landmark_shift == pytest.approx(r.landmark_shift) and face.landmark_shift > 0
+    assert face.turn < 0.3  # the clip's face looks at the camera
+    x0, _, x1, _ = truth.frames[0].faces[0]
+    assert face.width == pytest.approx(x1 - x0, rel=0.2)
+
+    res = subprocess.run(TOOL + ["--source", str(short_clip.source), "--input", str(short_clip.video),
+                                 "--output", str(out), "--truth", str(short_clip.truth), "--label", "blurred",
+                                 "--sample-every", "4", "--per-face"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    start = lines.index("") + 1
+    assert lines[start].split() == ["clip", "config", "face", "samples", "before", "after", "shift", "turn",
+                                    "width", "misses"]
+    row = lines[start + 2].split()
+    assert row[:4] == [short_clip.video.stem, "blurred", "0", "2"]
+    assert float(row[5]) == pytest.approx(face.dist_after, abs=0.001)
+    misses = [name for name, missed in (("identity", face.dist_after >= 0.6), ("shift", face.landmark_shift > 0.05))
+              if missed]
+    assert row[-1] == (",".join(misses) or "-")
+
+
+def test_turn_reads_how_far_a_face_is_turned() -> None:
+    lm = np.zeros((68, 2), np.float32)
+    lm[36], lm[45] = (80, 100), (120, 100)  # the eyes' outer corners: a level axis
+    lm[0], lm[16], lm[30] = (60, 110), (140, 110), (100, 130)
+    assert metrics.turn(lm) == pytest.approx(0.0)
+    lm[30] = (80, 130)  # the nose tip a quarter of the way across: the left half is a third of the right
+    assert metrics.turn(lm) == pytest.approx(1 - 20 / 60)
+    lm[30] = (55, 130)  # the nose past the far jaw end: in profile
+    assert metrics.turn(lm) == 1.0
+    assert metrics.turn(np.zeros((68, 2), np.float32)) == 0.0
+
+
 def test_a_face_pasted_on_a_non_face_is_counted(short_clip, short_ref, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     truth = ClipTruth.load(short_clip.truth)
     face = cv2.imread(str(short_clip.source))[83:171, 179:267]  # the astronaut's face

@@ -9,6 +9,9 @@ The suite (clips made from installed pictures, `facestream swap` in fast, defaul
 
     python tools/eval_quality.py --suite [--clips rotate,small] [--configs default] [--json PATH]
 
+`--per-face` adds a row per face (its identity distance, shift, how turned it is, its width, and
+which goals it misses: identity under 0.6, shift under 0.05), to see which faces carry a mean.
+
 Columns: before/after (mean distance of dlib's 128-d embedding to the source photo; under
 0.6 is the same person), closer (share of face samples swapped and whose distance went down
 by more than 0.02), <0.6 (share under 0.6 after), swapped (share of face samples changed at
@@ -38,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 import cv2  # noqa: E402
 
 from engines.catalog import locate  # noqa: E402
+from engines.dlib_embedder import SAME_PERSON  # noqa: E402
 from tools.quality.clips import SCENES  # noqa: E402
 from tools.quality.measure import MeasureError, Models, QualityReport, Reference  # noqa: E402
 from tools.quality.suite import CONFIGS, run_suite  # noqa: E402
@@ -70,6 +74,28 @@ def table(reports: list[QualityReport]) -> str:
     return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])
 
 
+FACE_COLUMNS = (("face", "face", "{}"), ("samples", "samples", "{}"), ("dist_before", "before", "{:.3f}"),
+                ("dist_after", "after", "{:.3f}"), ("landmark_shift", "shift", "{:.3f}"),
+                ("turn", "turn", "{:.2f}"), ("width", "width", "{:.0f}"))
+SHIFT_GOAL = 0.05  # inter-ocular units: the pose and expression the swap must keep
+
+
+def face_table(reports: list[QualityReport]) -> str:
+    """One row per face of each output: which faces carry a clip's mean over or under a goal
+    (identity under dlib's 0.6, shift under 0.05), with how turned and how large they are."""
+    rows = [["clip", "config"] + [title for _, title, _ in FACE_COLUMNS] + ["misses"]]
+    for r in reports:
+        for f in r.per_face:
+            misses = [name for name, missed in (("identity", f.dist_after >= SAME_PERSON),
+                                                ("shift", f.landmark_shift > SHIFT_GOAL)) if missed]
+            rows.append([r.clip, r.config] + [fmt.format(getattr(f, key)) for key, _, fmt in FACE_COLUMNS]
+                        + [",".join(misses) or "-"])
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) if c < 2 or c == len(row) - 1 else cell.rjust(w)
+                       for c, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -87,7 +113,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--make-clips", metavar="DIR", help="only write the clip set (and its ground truth) to DIR")
     p.add_argument("--sample-every", type=int, default=5, help="identity measured every N-th frame (default 5)")
     p.add_argument("--models-dir", help="where to look for ArcFace's w600k_r50.onnx (as facestream does)")
-    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON (per face included)")
+    p.add_argument("--per-face", action="store_true",
+                   help="also print each face's identity, landmark shift, turn and size, and which goals it misses")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.sample_every < 1:
@@ -146,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"eval_quality: {exc}", file=sys.stderr)
         return 2
     print(table(reports))
+    if args.per_face:
+        print()
+        print(face_table(reports))
     print(f"({len(reports)} outputs measured in {time.monotonic() - started:.0f} s; ArcFace: "
           f"{arc_path if arc_path else 'model file not found, dlib only'})")
     if args.json:

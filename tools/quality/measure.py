@@ -92,6 +92,22 @@ class Models:
 
 
 @dataclass
+class FaceFigures:
+    """One face of a clip across its samples: which faces miss a goal, and how turned they are.
+
+    `face` is the face's place in the ground truth's list (without ground truth: in dlib's
+    detections of each frame, which need not be the same person from frame to frame)."""
+
+    face: int
+    samples: int
+    dist_before: float
+    dist_after: float
+    landmark_shift: float
+    turn: float  # metrics.turn of the input's landmarks, averaged
+    width: float  # px, the face box's, averaged
+
+
+@dataclass
 class QualityReport:
     """The figures for one output clip (None where nothing could be measured)."""
 
@@ -116,6 +132,7 @@ class QualityReport:
     nonface_swaps: int = 0  # changed blobs away from every face, summed over frames
     patch_hits: dict[str, int] = field(default_factory=dict)  # frames each named non-face was changed
     occluder_overpaint: float | None = None  # share of occluder pixels in front of a face changed
+    per_face: list[FaceFigures] = field(default_factory=list)  # by face, in the truth's order
 
 
 def _mean(values: list[float]) -> float | None:
@@ -180,6 +197,8 @@ class Reference:
         strays = 0
         hits: dict[str, int] = {}
         overpaint: list[float] = []
+        # face -> (distance before, after, shift, turn, width) of each of its samples
+        by_face: dict[int, list[tuple[float, float, float, float, float]]] = {}
         prev_in: np.ndarray | None = None
         prev_out: np.ndarray | None = None
         n = 0
@@ -221,7 +240,10 @@ class Reference:
                     arc_before.append(sample.arc_distance)
                     arc_after.append(arc)
                     arc_swapped.append(was_swapped)
-                shifts.append(metrics.landmark_shift(sample.landmarks, lm))
+                shift = metrics.landmark_shift(sample.landmarks, lm)
+                shifts.append(shift)
+                by_face.setdefault(k, []).append((sample.distance, d, shift, metrics.turn(sample.landmarks),
+                                                  box[2] - box[0]))
                 if was_swapped:
                     seam = metrics.seam_strength(inp, out, box)
                     if seam is not None:
@@ -254,7 +276,9 @@ class Reference:
             jitter=(jitter_out / jitter_in if jitter_in > 0 else (1.0 if jitter_out == 0 else None)),
             seam=(sum(seam_out) / sum(seam_in) if seam_in and sum(seam_in) > 0 else None),
             nonface_swaps=strays, patch_hits=hits,
-            occluder_overpaint=_mean(overpaint))
+            occluder_overpaint=_mean(overpaint),
+            per_face=[FaceFigures(k, len(rows), *(float(v) for v in np.mean(rows, axis=0)))
+                      for k, rows in sorted(by_face.items())])
 
 
 def _overlap(a: Box, b: Box) -> bool:

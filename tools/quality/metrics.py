@@ -34,6 +34,24 @@ def interocular(landmarks: np.ndarray) -> float:
     return float(np.linalg.norm(landmarks[36:42].mean(axis=0) - landmarks[42:48].mean(axis=0)))
 
 
+def turn(landmarks: np.ndarray) -> float:
+    """How far a face is turned sideways, from its 68 landmarks: 1 - the narrower half of the
+    face over the wider, each half measured from the nose tip (30) to its jaw end (0, 16)
+    along the eyes' axis. 0 for a frontal face; near 1 once the far cheek is hidden (dlib
+    then puts the far jaw line close to the nose). A degenerate set of points reads 0."""
+    axis = landmarks[45] - landmarks[36]
+    norm = float(np.linalg.norm(axis))
+    if norm < 1e-6:
+        return 0.0
+    axis = axis / norm
+    left = float(np.dot(landmarks[30] - landmarks[0], axis))
+    right = float(np.dot(landmarks[16] - landmarks[30], axis))
+    wider = max(left, right)
+    if wider <= 1e-6:
+        return 0.0
+    return float(np.clip(1.0 - max(min(left, right), 0.0) / wider, 0.0, 1.0))
+
+
 def landmark_shift(before: np.ndarray, after: np.ndarray) -> float:
     """Mean distance between corresponding landmarks, in units of `before`'s inter-ocular distance."""
     return float(np.linalg.norm(after - before, axis=1).mean() / max(interocular(before), 1e-6))
