@@ -17,7 +17,7 @@ from stream.media.demo_clips import astronaut, write_clip
 from tests.fixtures import make_arcface
 from tools.quality import metrics
 from tools.quality.clips import SCENES, Scene, facelike_scene, make_clip
-from tools.quality.measure import Models, Reference
+from tools.quality.measure import BOX_JITTER, Models, Reference, jittered
 from tools.quality.truth import ClipTruth, FrameTruth, Patch, clip_box, visible
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +86,7 @@ def test_each_face_gets_its_own_figures(short_clip, short_ref, tmp_path: Path) -
     assert face.dist_before == pytest.approx(r.dist_before)
     assert face.dist_after == pytest.approx(r.dist_after) and face.dist_after != pytest.approx(face.dist_before)
     assert face.landmark_shift == pytest.approx(r.landmark_shift) and face.landmark_shift > 0
+    assert face.shift_noise == pytest.approx(r.shift_noise) and face.shift_noise > 0
     assert face.turn < 0.3  # the clip's face looks at the camera
     x0, _, x1, _ = truth.frames[0].faces[0]
     assert face.width == pytest.approx(x1 - x0, rel=0.2)
@@ -96,14 +97,30 @@ def test_each_face_gets_its_own_figures(short_clip, short_ref, tmp_path: Path) -
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     start = lines.index("") + 1
-    assert lines[start].split() == ["clip", "config", "face", "samples", "before", "after", "shift", "turn",
+    assert lines[start].split() == ["clip", "config", "face", "samples", "before", "after", "shift", "noise", "turn",
                                     "width", "misses"]
     row = lines[start + 2].split()
     assert row[:4] == [short_clip.video.stem, "blurred", "0", "2"]
+    assert float(row[7]) == pytest.approx(face.shift_noise, abs=0.001)
     assert float(row[5]) == pytest.approx(face.dist_after, abs=0.001)
     misses = [name for name, missed in (("identity", face.dist_after >= 0.6), ("shift", face.landmark_shift > 0.05))
               if missed]
     assert row[-1] == (",".join(misses) or "-")
+
+
+def test_shift_noise_is_the_inputs_own_landmarks_under_moved_boxes(models: Models, short_clip) -> None:  # type: ignore[no-untyped-def]
+    box = (100.0, 50.0, 140.0, 100.0)
+    moved = jittered(box, 0.05)
+    assert moved == [(98.0, 50.0, 138.0, 100.0), (102.0, 50.0, 142.0, 100.0), (100.0, 47.5, 140.0, 97.5),
+                     (100.0, 52.5, 140.0, 102.5), (99.0, 48.75, 141.0, 101.25), (101.0, 51.25, 139.0, 98.75)]
+    truth = ClipTruth.load(short_clip.truth)
+    frame = frames_of(short_clip.video)[0]
+    ref = Reference(models, cv2.imread(str(short_clip.source)), short_clip.video, truth, sample_every=8)
+    face = truth.frames[0].faces[0]
+    lm = models.landmarks(frame, face)
+    expected = np.mean([metrics.landmark_shift(lm, models.landmarks(frame, b)) for b in jittered(face, BOX_JITTER)])
+    assert ref.samples[(0, 0)].box_noise == pytest.approx(expected)
+    assert 0 < expected < 0.1  # a frontal face: its points barely move with the box
 
 
 def test_turn_reads_how_far_a_face_is_turned() -> None:

@@ -16,7 +16,11 @@ Columns: before/after (mean distance of dlib's 128-d embedding to the source pho
 0.6 is the same person), closer (share of face samples swapped and whose distance went down
 by more than 0.02), <0.6 (share under 0.6 after), swapped (share of face samples changed at
 all), shift (mean distance of the output face's 68 landmarks from the input face's, in
-inter-ocular units), flicker (frame-to-frame change inside the face boxes, output / input),
+inter-ocular units), noise (how far the input's own landmarks move, in the same units, when the
+face's box moves by 5% of its size, the mean of six such moves: dlib's points depend on the box
+they are given, and facestream's detector boxes differ from the ground truth's by up to 17%; a
+face with a high noise has landmarks the shift cannot pin down), flicker (frame-to-frame change
+inside the face boxes, output / input),
 jitter (the same after moving each frame's predecessor by the motion the input shows in the
 face box, so only change that motion does not explain is left: output / input),
 seam (gradient along the swapped region's border, output / input at the same pixels),
@@ -50,7 +54,7 @@ from tools.quality.truth import ClipTruth  # noqa: E402
 COLUMNS = (("clip", "clip", "{}"), ("config", "config", "{}"), ("faces", "faces", "{}"),
            ("dist_before", "before", "{:.3f}"), ("dist_after", "after", "{:.3f}"),
            ("closer", "closer", "{:.0%}"), ("under", "<0.6", "{:.0%}"), ("swapped", "swapped", "{:.0%}"),
-           ("landmark_shift", "shift", "{:.3f}"), ("flicker", "flicker", "{:.2f}"),
+           ("landmark_shift", "shift", "{:.3f}"), ("shift_noise", "noise", "{:.3f}"), ("flicker", "flicker", "{:.2f}"),
            ("jitter", "jitter", "{:.2f}"),
            ("seam", "seam", "{:.2f}"), ("nonface_swaps", "non-face", "{}"))
 OCCLUDER_COLUMNS = (("occluder_overpaint", "overpaint", "{:.0%}"),)
@@ -76,6 +80,7 @@ def table(reports: list[QualityReport]) -> str:
 
 FACE_COLUMNS = (("face", "face", "{}"), ("samples", "samples", "{}"), ("dist_before", "before", "{:.3f}"),
                 ("dist_after", "after", "{:.3f}"), ("landmark_shift", "shift", "{:.3f}"),
+                ("shift_noise", "noise", "{:.3f}"),
                 ("turn", "turn", "{:.2f}"), ("width", "width", "{:.0f}"))
 SHIFT_GOAL = 0.05  # inter-ocular units: the pose and expression the swap must keep
 

@@ -28,6 +28,11 @@ SWAPPED_SHARE = 0.3  # a face whose inner box changed this much was swapped
 # "Moved closer": the face was swapped and its distance went down by more than an H.264
 # round trip moves an untouched face's (at 40 px, re-encoding alone moves it by 0.05 and more).
 CLOSER_MARGIN = 0.02
+# The landmarks' own uncertainty: how far dlib's 68 points on the unchanged input move when
+# the face's box moves by this share of its size (left, right, up, down, larger, smaller).
+# The predictor depends on its box, on a turned face several times more than on a frontal
+# one, and facestream's detector boxes differ from the ground truth's by up to 17% (small clip).
+BOX_JITTER = 0.05
 
 
 class MeasureError(Exception):
@@ -55,6 +60,7 @@ class FaceSample:
     embedding: np.ndarray
     distance: float
     arc_distance: float | None = None
+    box_noise: float = 0.0  # landmark shift from moving the box by BOX_JITTER (inter-ocular units)
 
 
 class Models:
@@ -103,6 +109,7 @@ class FaceFigures:
     dist_before: float
     dist_after: float
     landmark_shift: float
+    shift_noise: float  # FaceSample.box_noise, averaged: a shift this small is within it
     turn: float  # metrics.turn of the input's landmarks, averaged
     width: float  # px, the face box's, averaged
 
@@ -124,6 +131,7 @@ class QualityReport:
     arc_closer: float | None = None
     swapped: float | None = None  # share of face samples whose face changed at all
     landmark_shift: float | None = None  # input's to output's landmarks, inter-ocular units
+    shift_noise: float | None = None  # the input's own landmarks under a 5% move of the box
     flicker: float | None = None  # output's frame-to-frame change in face boxes / input's
     # What the input's own motion does not explain: each frame against the previous one moved
     # by the motion the input shows in the face box, output / input (1.0: no added jitter).
@@ -177,9 +185,11 @@ class Reference:
             lm = self.models.landmarks(frame, box)
             emb = self.models.embed(frame, lm)
             arc = self.models.arc_embed(frame, lm)
+            noise = statistics.fmean(metrics.landmark_shift(lm, self.models.landmarks(frame, moved))
+                                     for moved in jittered(box, BOX_JITTER))
             self.samples[(i, k)] = FaceSample(
                 lm, emb, self.models.embedder.distance(self.source_embedding, emb),
-                self.models.arc_distance(self.source_arc, arc))
+                self.models.arc_distance(self.source_arc, arc), noise)
 
     def compare(self, output_path: str | Path, config: str = "") -> QualityReport:
         """The figures for `output_path`, a swap of this input (same frame count)."""
@@ -197,8 +207,9 @@ class Reference:
         strays = 0
         hits: dict[str, int] = {}
         overpaint: list[float] = []
-        # face -> (distance before, after, shift, turn, width) of each of its samples
-        by_face: dict[int, list[tuple[float, float, float, float, float]]] = {}
+        noises: list[float] = []
+        # face -> (distance before, after, shift, shift noise, turn, width) of each of its samples
+        by_face: dict[int, list[tuple[float, float, float, float, float, float]]] = {}
         prev_in: np.ndarray | None = None
         prev_out: np.ndarray | None = None
         n = 0
@@ -242,8 +253,9 @@ class Reference:
                     arc_swapped.append(was_swapped)
                 shift = metrics.landmark_shift(sample.landmarks, lm)
                 shifts.append(shift)
-                by_face.setdefault(k, []).append((sample.distance, d, shift, metrics.turn(sample.landmarks),
-                                                  box[2] - box[0]))
+                noises.append(sample.box_noise)
+                by_face.setdefault(k, []).append((sample.distance, d, shift, sample.box_noise,
+                                                  metrics.turn(sample.landmarks), box[2] - box[0]))
                 if was_swapped:
                     seam = metrics.seam_strength(inp, out, box)
                     if seam is not None:
@@ -271,7 +283,7 @@ class Reference:
             arc_before=_mean(arc_before), arc_after=_mean(arc_after),
             arc_closer=_mean([1.0 if w and a < b - CLOSER_MARGIN else 0.0
                               for (b, a), w in zip(arc_pairs, arc_swapped)]),
-            swapped=_mean(swapped), landmark_shift=_mean(shifts),
+            swapped=_mean(swapped), landmark_shift=_mean(shifts), shift_noise=_mean(noises),
             flicker=(flicker_out / flicker_in if flicker_in > 0 else (1.0 if flicker_out == 0 else None)),
             jitter=(jitter_out / jitter_in if jitter_in > 0 else (1.0 if jitter_out == 0 else None)),
             seam=(sum(seam_out) / sum(seam_in) if seam_in and sum(seam_in) > 0 else None),
@@ -279,6 +291,17 @@ class Reference:
             occluder_overpaint=_mean(overpaint),
             per_face=[FaceFigures(k, len(rows), *(float(v) for v in np.mean(rows, axis=0)))
                       for k, rows in sorted(by_face.items())])
+
+
+def jittered(box: Box, share: float) -> list[Box]:
+    """`box` moved by `share` of its width left and right, of its height up and down, and
+    grown and shrunk by `share` about its centre."""
+    x0, y0, x1, y1 = box
+    w, h = x1 - x0, y1 - y0
+    dx, dy = share * w, share * h
+    gx, gy = share * w / 2, share * h / 2
+    return [(x0 - dx, y0, x1 - dx, y1), (x0 + dx, y0, x1 + dx, y1), (x0, y0 - dy, x1, y1 - dy),
+            (x0, y0 + dy, x1, y1 + dy), (x0 - gx, y0 - gy, x1 + gx, y1 + gy), (x0 + gx, y0 + gy, x1 - gx, y1 - gy)]
 
 
 def _overlap(a: Box, b: Box) -> bool:
