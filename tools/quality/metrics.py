@@ -11,6 +11,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from engines.blend import face_turn
 from tools.quality.truth import Box, clip_box, grow
 
 Mask = npt.NDArray[np.bool_]
@@ -35,21 +36,9 @@ def interocular(landmarks: np.ndarray) -> float:
 
 
 def turn(landmarks: np.ndarray) -> float:
-    """How far a face is turned sideways, from its 68 landmarks: 1 - the narrower half of the
-    face over the wider, each half measured from the nose tip (30) to its jaw end (0, 16)
-    along the eyes' axis. 0 for a frontal face; near 1 once the far cheek is hidden (dlib
-    then puts the far jaw line close to the nose). A degenerate set of points reads 0."""
-    axis = landmarks[45] - landmarks[36]
-    norm = float(np.linalg.norm(axis))
-    if norm < 1e-6:
-        return 0.0
-    axis = axis / norm
-    left = float(np.dot(landmarks[30] - landmarks[0], axis))
-    right = float(np.dot(landmarks[16] - landmarks[30], axis))
-    wider = max(left, right)
-    if wider <= 1e-6:
-        return 0.0
-    return float(np.clip(1.0 - max(min(left, right), 0.0) / wider, 0.0, 1.0))
+    """How far a face is turned sideways (engines.blend.face_turn): 0 frontal, near 1 once
+    the far cheek is hidden."""
+    return face_turn(landmarks)
 
 
 def landmark_shift(before: np.ndarray, after: np.ndarray) -> float:
