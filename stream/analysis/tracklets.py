@@ -32,6 +32,14 @@ maps to, and its age. Per frame:
   One-Euro filter (`track.smoother: pose`, stream/analysis/pose_smoother.py), or every point
   through a One-Euro filter (`one-euro`); with `track.points: detector` each face also carries the detector's
   own five points from this frame's detection (detection on every frame), for alignment;
+- a detection's box replaces a followed face's only where dlib's points on it stay near
+  where the optical flow carried the face's points (BOX_JUMP): the predictor depends on its
+  box, and HOG boxes a face at scales 1.2x apart (a face between two of them flips from
+  one to the other from detection to detection) and larger with a cup in front of it. On
+  such a jump the predictor is given the face's own box, its last detection's box relative
+  to its points, laid on where the flow carried them, and the detection only confirms the
+  face; the next detection is taken as it comes, so a drifting box is still set right. A
+  face turned so far that its far cheek is hidden is not checked (MAX_TURN);
 - a face stays while any of it is inside the frame: one mostly outside is still swapped,
   as insightface swaps every face its detector finds (between detections a face the optical
   flow loses at the frame's edge ends: see above).
@@ -54,6 +62,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engines.blend import face_turn
 from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, Look
 from engines.frame_views import FrameViews
 from engines.occlusion import AppearanceReference
@@ -86,6 +95,20 @@ MAX_DOUBTED = 2
 # loses it, but counts as followed (no scene cut), so a detection is not forced.
 COVERED_SHARE = 0.8
 LOST_SHARE = 0.6
+# Mean distance, in inter-ocular units, between dlib's points on a detection's box and the
+# face's last points moved as the optical flow moved its picture, beyond which the box is
+# taken for a jump of the box, not of the face. On the quality clips a detection moves a
+# frontal face's points by 0.01-0.05 and a 40 px face's by up to about 0.1; with `quality`
+# (detection every 5 frames, the frame scanned 2x) the jumps that painted the occluder
+# clip's face too wide (the cup in front of it) and the rolling face askew were 0.14-0.29.
+BOX_JUMP = 0.12
+KEEP_IOU = 0.5  # the face's own box must overlap the detection's this much to be kept instead
+# A face turned further (engines.blend.face_turn: 0 frontal, near 1 with the far cheek hidden)
+# is not checked: dlib's points on it depend on the box several times more than on a frontal
+# face (a 5% move of the box moves them 0.03-0.075 against 0.01-0.02), and which box fits it
+# better is a toss (checked too, the default's small clip: shift 0.089 -> 0.081, but the
+# overlap clip's flicker 1.018 -> 1.027x and `quality`'s small jitter 1.58 -> 1.63x).
+MAX_TURN = 0.5
 VELOCITY_MIX = 0.5  # weight of this frame's shift in a track's velocity (an exponential average)
 COAST_KEEP = 0.7  # share of its velocity a coasting box keeps each frame (it travels <= 3.3x it)
 
@@ -153,6 +176,9 @@ class Track:
     appearance: AppearanceReference | None = field(default=None, repr=False)  # track.occlusion
     look: Look | None = field(default=None, repr=False)  # this frame's, for the composite stage
     covered: bool = False  # the flow lost part of its face (COVERED_SHARE): something in front
+    followed_box: Box | None = field(default=None, repr=False)  # its box before this detection's
+    carried: np.ndarray | None = field(default=None, repr=False)  # 2x3: the flow's motion, detection frames
+    box_kept: bool = False  # its last detection's box was taken for a jump (BOX_JUMP)
 
     def face(self) -> Face:
         return Face(box=landmark_box(self.landmarks), landmarks=self.landmarks,
@@ -188,6 +214,7 @@ class Tracker:
                               f"(the neural engine's SCRFD); {detector.name!r} finds none")
         # Late boxes set aside for a detection in line (a face came in or was lost meanwhile).
         self.redetections = 0
+        self.boxes_kept = 0  # detections whose box was taken for a jump of the box (BOX_JUMP)
         self._prev_grey: np.ndarray | None = None  # the last frame, for the faces' optical flow
 
     @property
@@ -218,6 +245,15 @@ class Tracker:
         followed: list[Track] = []
         for tr in self.tracks:
             tr.step = None
+            tr.carried = None
+            if (tr.matched and tr.followed_box is not None and tr.flowed and not tr.coasted
+                    and self.track_cfg.points != "detector"
+                    and not tr.covered and not tr.box_kept and grey is not None
+                    and self._prev_grey is not None and self._prev_grey.shape == grey.shape):
+                # A detection's frame: where the flow carries the face, to check its box by.
+                carried = follow_face(self._prev_grey, grey, tr.raw)
+                if carried is not None and carried[0] is not None and carried[1] >= COVERED_SHARE:
+                    tr.carried = carried[0]
             if not tr.matched:  # between detections: the box moves as the face's picture moved
                 followed_now = (follow_face(self._prev_grey, grey, tr.raw, dense=tr.covered)
                                 if grey is not None and self._prev_grey is not None
@@ -263,6 +299,11 @@ class Tracker:
         self.tracks = followed
         alive: list[Track] = []
         found = self.landmarker.forward_many(frame, [tr.box for tr in self.tracks]) if self.tracks else []
+        for k, tr in enumerate(self.tracks):
+            if tr.matched:
+                kept, tr.box_kept = tr.box_kept, False
+                if tr.carried is not None and not kept:
+                    self._check_box(tr, frame, found, k)
         for tr, raw in zip(self.tracks, found):
             if tr.covered and tr.step is None:  # a detection's frame: no flow, taken as still
                 tr.step = np.eye(2, 3)
@@ -277,7 +318,8 @@ class Tracker:
                     continue  # lost, and no detection confirms it this frame: end it
                 tr.smoother.reset()  # a detection moved it: do not smooth across the jump
             if tr.matched:
-                tr.rel = relate(tr.box, landmark_box(raw))
+                if not tr.box_kept:  # a kept box is the face's own: its relation stays
+                    tr.rel = relate(tr.box, landmark_box(raw))
                 tr.matched = False
             tr.raw = raw
             tr.landmarks = tr.smoother(raw, t) if self.track_cfg.smoothing else raw
@@ -293,6 +335,24 @@ class Tracker:
                 self._prev_grey = np.empty_like(grey)
             np.copyto(self._prev_grey, grey)
         return [tr for tr in alive if tr.missed == 0]
+
+    def _check_box(self, tr: Track, frame: FrameViews, found: list[Landmarks68], k: int) -> None:
+        """A detection's box that moves dlib's points more than BOX_JUMP from where the flow
+        carried the face's is a jump of the box: the points are found on the face's own box
+        (its last detection's, relative to its points) at the carried points instead."""
+        assert tr.carried is not None
+        carried = (tr.raw @ tr.carried[:, :2].T + tr.carried[:, 2]).astype(np.float32)
+        eyes = float(np.linalg.norm(carried[36:42].mean(axis=0) - carried[42:48].mean(axis=0)))
+        moved = float(np.linalg.norm(found[k] - carried, axis=1).mean()) / max(eyes, 1.0)
+        if moved <= BOX_JUMP or face_turn(carried) > MAX_TURN:
+            return
+        own = unrelate(tr.rel, landmark_box(carried))
+        if iou(own, tr.box) < KEEP_IOU:  # not the detection's face any more: take the detection
+            return
+        log.debug("track %d: the detection's box moves its points by %.2f, its own box kept", tr.id, moved)
+        found[k] = self.landmarker.forward_many(frame, [own])[0]
+        tr.box, tr.box_kept = own, True
+        self.boxes_kept += 1
 
     @staticmethod
     def _look_for_occluders(tr: Track) -> None:
@@ -394,6 +454,7 @@ class Tracker:
         for ti, di in matched:
             tr = self.tracks[ti]
             box, tr.score = dets[di]
+            tr.followed_box = tr.box if tr.age else None
             tr.box = placed(tr, box)
             tr.matched, tr.missed, tr.held, tr.doubted = True, 0, 0, 0
             if tr.coasted:  # the detector sees it: its points are no occluder's, follow them
