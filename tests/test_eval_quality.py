@@ -13,6 +13,7 @@ import dlib
 import numpy as np
 import pytest
 
+from engines.blend import face_turn
 from stream.media.demo_clips import astronaut, write_clip
 from tests.fixtures import make_arcface
 from tools.quality import metrics
@@ -127,12 +128,12 @@ def test_turn_reads_how_far_a_face_is_turned() -> None:
     lm = np.zeros((68, 2), np.float32)
     lm[36], lm[45] = (80, 100), (120, 100)  # the eyes' outer corners: a level axis
     lm[0], lm[16], lm[30] = (60, 110), (140, 110), (100, 130)
-    assert metrics.turn(lm) == pytest.approx(0.0)
+    assert face_turn(lm) == pytest.approx(0.0)
     lm[30] = (80, 130)  # the nose tip a quarter of the way across: the left half is a third of the right
-    assert metrics.turn(lm) == pytest.approx(1 - 20 / 60)
+    assert face_turn(lm) == pytest.approx(1 - 20 / 60)
     lm[30] = (55, 130)  # the nose past the far jaw end: in profile
-    assert metrics.turn(lm) == 1.0
-    assert metrics.turn(np.zeros((68, 2), np.float32)) == 0.0
+    assert face_turn(lm) == 1.0
+    assert face_turn(np.zeros((68, 2), np.float32)) == 0.0
 
 
 def test_a_face_pasted_on_a_non_face_is_counted(short_clip, short_ref, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -72,9 +72,15 @@ def table(reports: list[QualityReport]) -> str:
             value = getattr(r, key)
             row.append("-" if value is None else fmt.format(value))
         rows.append(row)
-    widths = [max(len(row[c]) for row in rows) for c in range(len(columns))]
-    lines = ["  ".join(cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths)))
-             for row in rows]
+    return _layout(rows, left=(0, 1))
+
+
+def _layout(rows: list[list[str]], left: tuple[int, ...]) -> str:
+    """Rows of cells as aligned text under a rule: the `left` columns left-aligned, the rest
+    right-aligned."""
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) if c in left else cell.rjust(w)
+                       for c, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
     return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])
 
 
@@ -95,10 +101,7 @@ def face_table(reports: list[QualityReport]) -> str:
                                                 ("shift", f.landmark_shift > SHIFT_GOAL)) if missed]
             rows.append([r.clip, r.config] + [fmt.format(getattr(f, key)) for key, _, fmt in FACE_COLUMNS]
                         + [",".join(misses) or "-"])
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if c < 2 or c == len(row) - 1 else cell.rjust(w)
-                       for c, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
-    return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])
+    return _layout(rows, left=(0, 1, len(rows[0]) - 1))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

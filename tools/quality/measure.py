@@ -16,6 +16,7 @@ import cv2
 import dlib  # type: ignore[import-untyped]
 import numpy as np
 
+from engines.blend import face_turn
 from engines.dlib_embedder import SAME_PERSON, DlibEmbedder
 from engines.dlib_landmarker import DlibLandmarker
 from engines.frame_views import FrameViews
@@ -110,7 +111,7 @@ class FaceFigures:
     dist_after: float
     landmark_shift: float
     shift_noise: float  # FaceSample.box_noise, averaged: a shift this small is within it
-    turn: float  # metrics.turn of the input's landmarks, averaged
+    turn: float  # engines.blend.face_turn of the input's landmarks, averaged
     width: float  # px, the face box's, averaged
 
 
@@ -255,7 +256,7 @@ class Reference:
                 shifts.append(shift)
                 noises.append(sample.box_noise)
                 by_face.setdefault(k, []).append((sample.distance, d, shift, sample.box_noise,
-                                                  metrics.turn(sample.landmarks), box[2] - box[0]))
+                                                  face_turn(sample.landmarks), box[2] - box[0]))
                 if was_swapped:
                     seam = metrics.seam_strength(inp, out, box)
                     if seam is not None:

@@ -11,7 +11,6 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engines.blend import face_turn
 from tools.quality.truth import Box, clip_box, grow
 
 Mask = npt.NDArray[np.bool_]
@@ -33,12 +32,6 @@ def changed_mask(inp: np.ndarray, out: np.ndarray, threshold: int = CHANGE_THRES
 def interocular(landmarks: np.ndarray) -> float:
     """Distance between the eye centres of 68-point landmarks."""
     return float(np.linalg.norm(landmarks[36:42].mean(axis=0) - landmarks[42:48].mean(axis=0)))
-
-
-def turn(landmarks: np.ndarray) -> float:
-    """How far a face is turned sideways (engines.blend.face_turn): 0 frontal, near 1 once
-    the far cheek is hidden."""
-    return face_turn(landmarks)
 
 
 def landmark_shift(before: np.ndarray, after: np.ndarray) -> float:
