@@ -176,8 +176,6 @@ class Track:
     appearance: AppearanceReference | None = field(default=None, repr=False)  # track.occlusion
     look: Look | None = field(default=None, repr=False)  # this frame's, for the composite stage
     covered: bool = False  # the flow lost part of its face (COVERED_SHARE): something in front
-    followed_box: Box | None = field(default=None, repr=False)  # its box before this detection's
-    carried: np.ndarray | None = field(default=None, repr=False)  # 2x3: the flow's motion, detection frames
     box_kept: bool = False  # its last detection's box was taken for a jump (BOX_JUMP)
 
     def face(self) -> Face:
@@ -245,15 +243,6 @@ class Tracker:
         followed: list[Track] = []
         for tr in self.tracks:
             tr.step = None
-            tr.carried = None
-            if (tr.matched and tr.followed_box is not None and tr.flowed and not tr.coasted
-                    and self.track_cfg.points != "detector"
-                    and not tr.covered and not tr.box_kept and grey is not None
-                    and self._prev_grey is not None and self._prev_grey.shape == grey.shape):
-                # A detection's frame: where the flow carries the face, to check its box by.
-                carried = follow_face(self._prev_grey, grey, tr.raw)
-                if carried is not None and carried[0] is not None and carried[1] >= COVERED_SHARE:
-                    tr.carried = carried[0]
             if not tr.matched:  # between detections: the box moves as the face's picture moved
                 followed_now = (follow_face(self._prev_grey, grey, tr.raw, dense=tr.covered)
                                 if grey is not None and self._prev_grey is not None
@@ -302,8 +291,8 @@ class Tracker:
         for k, tr in enumerate(self.tracks):
             if tr.matched:
                 kept, tr.box_kept = tr.box_kept, False
-                if tr.carried is not None and not kept:
-                    self._check_box(tr, frame, found, k)
+                if not kept:
+                    self._check_box(tr, frame, grey, found, k)
         for tr, raw in zip(self.tracks, found):
             if tr.covered and tr.step is None:  # a detection's frame: no flow, taken as still
                 tr.step = np.eye(2, 3)
@@ -336,15 +325,25 @@ class Tracker:
             np.copyto(self._prev_grey, grey)
         return [tr for tr in alive if tr.missed == 0]
 
-    def _check_box(self, tr: Track, frame: FrameViews, found: list[Landmarks68], k: int) -> None:
-        """A detection's box that moves dlib's points more than BOX_JUMP from where the flow
-        carried the face's is a jump of the box: the points are found on the face's own box
-        (its last detection's, relative to its points) at the carried points instead."""
-        assert tr.carried is not None
-        carried = (tr.raw @ tr.carried[:, :2].T + tr.carried[:, 2]).astype(np.float32)
+    def _check_box(self, tr: Track, frame: FrameViews, grey: np.ndarray | None,
+                   found: list[Landmarks68], k: int) -> None:
+        """On a detection's frame, for a face followed by the optical flow: a detection's box
+        that moves dlib's points (`found[k]`) more than BOX_JUMP from where the flow carried
+        the face's is a jump of the box, and the points are found on the face's own box (its
+        last detection's, relative to its points) at the carried points instead."""
+        prev = self._prev_grey
+        if (not tr.age or not tr.flowed or tr.coasted or tr.covered or self.track_cfg.points == "detector"
+                or grey is None or prev is None or prev.shape != grey.shape
+                or face_turn(tr.raw) > MAX_TURN):  # (a similarity moves no face's turn)
+            return
+        followed = follow_face(prev, grey, tr.raw)
+        if followed is None or followed[0] is None or followed[1] < COVERED_SHARE:
+            return
+        motion = followed[0]
+        carried = (tr.raw @ motion[:, :2].T + motion[:, 2]).astype(np.float32)
         eyes = float(np.linalg.norm(carried[36:42].mean(axis=0) - carried[42:48].mean(axis=0)))
         moved = float(np.linalg.norm(found[k] - carried, axis=1).mean()) / max(eyes, 1.0)
-        if moved <= BOX_JUMP or face_turn(carried) > MAX_TURN:
+        if moved <= BOX_JUMP:
             return
         own = unrelate(tr.rel, landmark_box(carried))
         if iou(own, tr.box) < KEEP_IOU:  # not the detection's face any more: take the detection
@@ -454,7 +453,6 @@ class Tracker:
         for ti, di in matched:
             tr = self.tracks[ti]
             box, tr.score = dets[di]
-            tr.followed_box = tr.box if tr.age else None
             tr.box = placed(tr, box)
             tr.matched, tr.missed, tr.held, tr.doubted = True, 0, 0, 0
             if tr.coasted:  # the detector sees it: its points are no occluder's, follow them
