@@ -245,6 +245,42 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
     return cv2.transform(patch, matrix)
 
 
+def _masked_lowpass(luma: npt.NDArray[np.float32], weight: npt.NDArray[np.float32],
+                    blurred_weight: npt.NDArray[np.float32], sigma: float) -> npt.NDArray[np.float32]:
+    """The luma's Gaussian blur over the mask only (normalised convolution): pixels outside the
+    mask (the wall, the hair) pull nothing, and outside it the value is the mask's nearest."""
+    num = cv2.GaussianBlur(luma * weight, (0, 0), sigma)
+    return num / np.maximum(blurred_weight, 1e-3)
+
+
+def match_shading(patch: ImageBGR, target: ImageBGR, mask: Mask, sigma: float,
+                  weight: float) -> ImageBGR:
+    """`patch` with `weight` of its broad light and shade (its luma blurred by `sigma` px over
+    `mask`) replaced by the target's: the source's features stay, the target's lighting of
+    the face comes in.
+
+    A source photo lit from the front, warped onto a face turned into side light, otherwise
+    comes out evenly lit on a face whose near cheek is bright and far side in shade: flat and
+    pale, and dlib's points on it move (the shading is also where a turned face's outline
+    is read). The same luma offset is added to B, G and R, so hues stay. Returns a new image;
+    the patch itself when `weight` is 0 or the mask has too few pixels.
+    """
+    if weight <= 0 or sigma <= 0 or cv2.countNonZero(mask) < _MIN_STAT_PIXELS:
+        return patch
+    inside = (mask > 0).astype(np.float32)
+    blurred = cv2.GaussianBlur(inside, (0, 0), sigma)
+    luma_p = cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY).astype(np.float32)
+    luma_t = cv2.cvtColor(target, cv2.COLOR_BGR2GRAY).astype(np.float32)
+    offset = _masked_lowpass(luma_t, inside, blurred, sigma)
+    offset -= _masked_lowpass(luma_p, inside, blurred, sigma)
+    offset *= weight
+    out = patch.astype(np.float32)
+    out += offset[..., None]
+    np.clip(out, 0.0, 255.0, out=out)
+    out += 0.5
+    return out.astype(np.uint8)
+
+
 _DETAIL_SIGMAS = (1.0, 2.0, 4.0)  # px: the blurs mixed in to soften a patch, lightest first
 
 

@@ -48,6 +48,7 @@ def test_overrides_are_typed_and_win_over_the_preset() -> None:
     ("detect.every=0", "detect.every"),
     ("swap.blend=smudge", "swap.blend"),
     ("swap.detail=-1", "swap.detail"),
+    ("swap.shading=1.5", "swap.shading"),
     ("select.mode=everyone", "select.mode"),
     ("encode.crf=99", "encode.crf"),
     ("nosuch=1", "nosuch"),

@@ -18,7 +18,9 @@ from skimage import data
 from engines.blend import (
     detail,
     face_pixels,
+    face_turn,
     match_detail,
+    match_shading,
     mouth_open_ratio,
     prepare_masks,
     transfer_color,
@@ -497,6 +499,87 @@ def test_the_pasted_face_takes_a_soft_frames_detail(astro, source, amount):
         assert 0.85 <= after / before <= 1.1
     else:
         assert after > 1.5 * before
+
+
+def _side_light(image: np.ndarray, dark: float, bright: float) -> np.ndarray:
+    """`image` lit from the right: a luma offset from `dark` (left edge) to `bright` (right)."""
+    ramp = np.linspace(dark, bright, image.shape[1], dtype=np.float32)[None, :, None]
+    return np.clip(image.astype(np.float32) + ramp, 0, 255).round().astype(np.uint8)
+
+
+def _thirds(image: np.ndarray, mask: np.ndarray) -> tuple[float, float]:
+    """Mean luma of the mask's left and right thirds."""
+    luma = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY).astype(np.float32)
+    xs = np.flatnonzero(mask.any(axis=0))
+    cut = np.linspace(xs[0], xs[-1] + 1, 4).astype(int)
+    left, right = np.zeros_like(mask), np.zeros_like(mask)
+    left[:, cut[0]:cut[1]], right[:, cut[2]:cut[3]] = mask[:, cut[0]:cut[1]], mask[:, cut[2]:cut[3]]
+    return float(luma[left > 0].mean()), float(luma[right > 0].mean())
+
+
+@pytest.mark.parametrize("weight", [0.5, 1.0])
+def test_shading_takes_the_targets_light_and_keeps_the_patchs_detail(astro, weight):
+    patch, mask = _face_patch(astro)
+    target = _side_light(patch, -60.0, 30.0)  # the same face, lit from the right
+    left, right = _thirds(patch, mask)
+    t_left, t_right = _thirds(target, mask)
+    shaded = match_shading(patch, target, mask, sigma=8.0, weight=weight)
+    s_left, s_right = _thirds(shaded, mask)
+    # The broad light moves `weight` of the way to the target's, side by side.
+    assert s_left - left == pytest.approx(weight * (t_left - left), abs=4.0)
+    assert s_right - right == pytest.approx(weight * (t_right - right), abs=4.0)
+    # The features stay the patch's: its fine detail, and one offset for B, G and R (hues kept).
+    assert detail(shaded, mask) == pytest.approx(detail(patch, mask), rel=0.1)
+    inner = cv2.erode(mask, np.ones((9, 9), np.uint8)) > 0
+    unclipped = inner & (patch.min(axis=2) > 70) & (patch.max(axis=2) < 180)
+    offsets = shaded.astype(int)[unclipped] - patch.astype(int)[unclipped]
+    assert np.abs(offsets - offsets.mean(axis=1, keepdims=True)).max() <= 1
+
+
+def test_shading_off_or_without_pixels_keeps_the_patch(astro):
+    patch, mask = _face_patch(astro)
+    target = _side_light(patch, -60.0, 30.0)
+    assert match_shading(patch, target, mask, sigma=8.0, weight=0.0) is patch
+    assert match_shading(patch, target, np.zeros_like(mask), sigma=8.0, weight=1.0) is patch
+
+
+def _turned(points: np.ndarray, squeeze: float) -> np.ndarray:
+    """The landmarks of a face turned to its left: the half right of the nose tip squeezed."""
+    out = points.copy()
+    nose = out[30, 0]
+    right = out[:, 0] > nose
+    out[right, 0] = nose + squeeze * (out[right, 0] - nose)
+    return out
+
+
+@pytest.mark.parametrize("turned", [True, False])
+def test_a_turned_face_takes_the_frames_side_light_and_a_frontal_one_does_not(
+        astro, source, turned):
+    # A frontal source photo swapped onto a face in side light: on a turned face the swap
+    # takes the target's light and shade (swap.shading); a frontal face's swap is left as is.
+    frame, points = move(astro, similarity(scale=1.1, shift=(10, 20)))
+    frame = _side_light(frame, -70.0, 40.0)
+    if turned:
+        points = _turned(points, 0.2)
+    assert (face_turn(points) > 0.7) == turned and (face_turn(points) < 0.3) != turned
+    face = face_of(points)
+    outs = {}
+    for shading in (0.0, 0.5):
+        swapper = ClassicalSwapper(ClassicalOptions(shading=shading))
+        result = swapper.forward(frame, face, source)
+        out = frame.copy()
+        swapper.paste(out, face, result)
+        outs[shading] = out
+    if not turned:
+        assert np.array_equal(outs[0.0], outs[0.5])
+        return
+    inner = hull_mask(points, frame.shape[:2], grow=-4)
+    t_left, t_right = _thirds(frame, inner)
+    plain, shaded = _thirds(outs[0.0], inner), _thirds(outs[0.5], inner)
+    # The target's near side is far brighter than its far side; the shaded swap takes a
+    # good part of that step, the plain swap (the source's even light) much less of it.
+    step, plain_step, shaded_step = t_right - t_left, plain[1] - plain[0], shaded[1] - shaded[0]
+    assert shaded_step > plain_step + 0.15 * step
 
 
 def test_colour_transfer_without_pixels_is_a_no_op(astro):

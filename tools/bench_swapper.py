@@ -24,6 +24,7 @@ from engines.classical_swapper import (
     ClassicalOptions,  # noqa: E402
     ClassicalSwapper,  # noqa: E402
 )
+from engines.blend import face_turn  # noqa: E402
 from engines.face import Face  # noqa: E402
 
 
@@ -52,6 +53,10 @@ def main() -> None:
     parser.add_argument("--soft", type=float, default=1.2,
                         help="Gaussian blur (px) of the frame, a softer target than the source "
                              "photo, so that swap.detail has something to match (default 1.2)")
+    parser.add_argument("--turned", action="store_true",
+                        help="a face turned to its side (the half past the nose squeezed to a "
+                             "fifth), where swap.shading takes the frame's light: rows with "
+                             "it off and on")
     args = parser.parse_args()
     if args.threads >= 0:
         cv2.setNumThreads(args.threads)
@@ -66,14 +71,21 @@ def main() -> None:
     if args.soft > 0:
         frame = cv2.GaussianBlur(frame, (0, 0), args.soft)
     target = (np.c_[points, np.ones(68)] @ matrix.T).astype(np.float32)
+    if args.turned:
+        far = target[:, 0] > target[30, 0]
+        target[far, 0] = target[30, 0] + 0.2 * (target[far, 0] - target[30, 0])
     face = Face(box=(*target.min(axis=0), *target.max(axis=0)), landmarks=target)
 
     print(f"cv2 {cv2.__version__}, threads {cv2.getNumThreads()}, face {args.size:.0f} px, "
-          f"frame blurred {args.soft} px")
+          f"frame blurred {args.soft} px, turn {face_turn(target):.2f}")
     # detail 0: the source's own sharpness pasted; the default matches the frame's (one or two
-    # extra blurs of the patch).
-    for blend, detail in (("feather", 0.0), ("feather", 1.0), ("poisson", 1.0)):
-        swapper = ClassicalSwapper(ClassicalOptions(blend=blend, detail=detail))
+    # extra blurs of the patch). shading only acts on a turned face (--turned).
+    shading = ClassicalOptions().shading
+    rows = [("feather", 0.0, shading), ("feather", 1.0, shading), ("poisson", 1.0, shading)]
+    if args.turned:
+        rows.insert(1, ("feather", 1.0, 0.0))
+    for blend, detail, shade in rows:
+        swapper = ClassicalSwapper(ClassicalOptions(blend=blend, detail=detail, shading=shade))
         swapper.open()
         source = swapper.prepare_source(image, points)
         fwd: list[float] = []
@@ -92,7 +104,7 @@ def main() -> None:
             x0, y0, x1, y1 = result.region
             work[y0:y1, x0:x1] = frame[y0:y1, x0:x1]  # same input every iteration
         region = result.region
-        print(f"{blend:8s} detail {detail:.0f} forward {stats(fwd)} | paste {stats(paste)} | "
+        print(f"{blend:8s} detail {detail:.0f} shading {shade:.1f} forward {stats(fwd)} | paste {stats(paste)} | "
               f"region {region[2] - region[0]}x{region[3] - region[1]}")
 
 
