@@ -20,11 +20,11 @@ from skimage import data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engines.blend import face_turn  # noqa: E402
 from engines.classical_swapper import (
     ClassicalOptions,  # noqa: E402
     ClassicalSwapper,  # noqa: E402
 )
-from engines.blend import face_turn  # noqa: E402
 from engines.face import Face  # noqa: E402
 
 
