@@ -248,7 +248,8 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
 def _masked_lowpass(luma: npt.NDArray[np.float32], weight: npt.NDArray[np.float32],
                     blurred_weight: npt.NDArray[np.float32], sigma: float) -> npt.NDArray[np.float32]:
     """The luma's Gaussian blur over the mask only (normalised convolution): pixels outside the
-    mask (the wall, the hair) pull nothing, and outside it the value is the mask's nearest."""
+    mask (the wall, the hair) pull nothing. Just outside the mask (the blend's soft edge) the
+    value is a mean of the mask's nearby pixels; far from it, it fades to 0 (never blended)."""
     num = cv2.GaussianBlur(luma * weight, (0, 0), sigma)
     return num / np.maximum(blurred_weight, 1e-3)
 
