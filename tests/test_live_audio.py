@@ -82,14 +82,14 @@ def test_rtsp_sound_reaches_rtsp_out_and_the_recording_in_sync(relay: Relay, sou
     stop = threading.Event()
 
     def read() -> None:
-        reading["out"] = read_rtsp_sync(relay.url("out"), 7.0, stop)
+        reading["out"] = read_rtsp_sync(relay.url("out"), 11.0, stop)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     record = tmp_path / "rec.mp4"
     try:
         code = main(["live", "--source", str(source_photo), "--input", relay.url("cam"),
-                     "--output", relay.url("out/push"), "--record", str(record), "--duration", "12", "-q"])
+                     "--output", relay.url("out/push"), "--record", str(record), "--duration", "17", "-q"])
         assert code == 0
         reader.join(40)
     finally:
@@ -97,7 +97,8 @@ def test_rtsp_sound_reaches_rtsp_out_and_the_recording_in_sync(relay: Relay, sou
         publisher.stop()
     out = reading["out"]
     offsets = out.offsets(skip_s=1.0)  # type: ignore[attr-defined]
-    assert len(offsets) >= 4, f"read back: flashes {out.flashes}, beeps {out.beeps}"  # type: ignore[attr-defined]
+    assert len(offsets) >= 4, (  # type: ignore[attr-defined]
+        f"read back {out.frames} frames: flashes {out.flashes}, beeps {out.beeps}; last error: {out.error}")
     assert abs(statistics.median(offsets)) <= BOUND_S, f"RTSP out: beep - flash offsets {offsets}"
     recorded = _file_offsets(record)
     assert len(recorded) >= 5, f"recording: offsets {recorded}"

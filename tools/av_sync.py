@@ -130,6 +130,8 @@ class SyncReading:
 
     flashes: list[float] = field(default_factory=list)
     beeps: list[float] = field(default_factory=list)
+    frames: int = 0  # video and audio frames read (a reader that got none says why: `error`)
+    error: str | None = None  # the last failure to open or read the stream, if any
 
     def offsets(self, skip_s: float = 0.0) -> list[float]:
         """Beep minus flash for each flash after `skip_s` with a beep within half a period."""
@@ -173,6 +175,9 @@ class SyncDetector:
             self._loud = loud
 
 
+OPEN_TIMEOUT_S = 8.0
+
+
 def read_rtsp_sync(url: str, seconds: float, stop: threading.Event | None = None,
                    wait_s: float = 30.0) -> SyncReading:
     """Read `url` (video + audio) with FFmpeg's RTSP client for `seconds` from the first
@@ -182,8 +187,12 @@ def read_rtsp_sync(url: str, seconds: float, stop: threading.Event | None = None
     end = time.monotonic() + wait_s + seconds
     while time.monotonic() < end and not (stop and stop.is_set()):
         try:
-            container = av.open(url, options={"rtsp_transport": "tcp"}, timeout=(3, 3))
-        except (av.FFmpegError, OSError):
+            # A relay answers a DESCRIBE once the stream's next keyframe is there: 2 s apart
+            # at full rate, longer when a loaded sender drops frames. A shorter open timeout
+            # gave up on every try for a whole run on a loaded 2-core machine.
+            container = av.open(url, options={"rtsp_transport": "tcp"}, timeout=(OPEN_TIMEOUT_S, 3))
+        except (av.FFmpegError, OSError) as exc:
+            detector.reading.error = f"open: {exc}"
             time.sleep(0.3)
             continue
         try:
@@ -197,6 +206,7 @@ def read_rtsp_sync(url: str, seconds: float, stop: threading.Event | None = None
                 if frame.time is None:
                     continue
                 got += 1
+                detector.reading.frames += 1
                 if isinstance(frame, av.VideoFrame):
                     detector.video(frame.time, frame.to_ndarray(format="gray"))
                 else:
@@ -207,8 +217,8 @@ def read_rtsp_sync(url: str, seconds: float, stop: threading.Event | None = None
                     detector.audio(frame.time, samples, frame.sample_rate)
                 if time.monotonic() >= end or (stop and stop.is_set()):
                     break
-        except (av.FFmpegError, OSError):
-            pass
+        except (av.FFmpegError, OSError) as exc:
+            detector.reading.error = f"read after {got} frames: {exc}"
         finally:
             container.close()
         if got:  # read until the end: done; a stream not flowing yet: try again
