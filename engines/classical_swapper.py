@@ -480,7 +480,8 @@ class ClassicalSwapper:
         lm = extend_forehead(np.asarray(face.landmarks, np.float32), 1.5 * cfg.forehead) \
             - np.array([x0, y0], np.float32)
         masks = prepare_masks(lm, result.valid, cfg.feather, cfg.keep_mouth, cfg.mouth_open)
-        edge = int(round(cfg.feather * face_size(lm[:68]) / 2))  # the soft edge of a cut
+        size = face_size(lm[:68])
+        edge = int(round(cfg.feather * size / 2))  # the soft edge of a cut
         if len(lm) > 68:
             masks = keep_target_hair(roi, lm, masks, edge)
         if face.occlusion is not None:
@@ -489,10 +490,9 @@ class ClassicalSwapper:
             masks = cut_occlusion(masks, face.occlusion, (x0, y0), edge)
         patch = transfer_color(result.patch, roi, masks.core) if cfg.color_transfer \
             else result.patch
+        # A face turned less than SHADING_FROM gets weight 0: match_shading leaves it as it is.
         shading = cfg.shading * max(face_turn(lm[:68]) - SHADING_FROM, 0.0) / (1.0 - SHADING_FROM)
-        if shading > 0:
-            patch = match_shading(patch, roi, masks.core, SHADING_SCALE * face_size(lm[:68]),
-                                  shading)
+        patch = match_shading(patch, roi, masks.core, SHADING_SCALE * size, shading)
         patch = match_detail(patch, roi, masks.core, cfg.detail)
         if cfg.blend == "poisson":
             blend_poisson(roi, patch, masks)
