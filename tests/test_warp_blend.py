@@ -582,6 +582,21 @@ def test_a_turned_face_takes_the_frames_side_light_and_a_frontal_one_does_not(
     assert shaded_step > plain_step + 0.15 * step
 
 
+@pytest.mark.parametrize("contrast", [0.3, 0.5, 0.8])
+def test_a_flat_target_keeps_most_of_the_sources_features(astro, contrast):
+    # A soft, flatly lit target face (a small or turned face in video) has a fraction of a
+    # photo's luma spread. The transfer brings the swap's spread down toward it, but never
+    # below 0.7 of the source's own: the features that carry identity stay.
+    patch = astro.image[150:300, 180:330]
+    mask = np.full(patch.shape[:2], 255, np.uint8)
+    mean = patch.reshape(-1, 3).mean(axis=0)
+    flat = np.clip((patch - mean) * contrast + mean, 0, 255).astype(np.uint8)
+    luma = lambda img: cv2.cvtColor(img, cv2.COLOR_BGR2GRAY).astype(np.float64).std()
+    out = transfer_color(patch, flat, mask)
+    assert luma(out) >= 0.69 * luma(patch)
+    assert luma(out) == pytest.approx(max(contrast, 0.7) * luma(patch), rel=0.05)
+
+
 def test_colour_transfer_without_pixels_is_a_no_op(astro):
     patch = astro.image[:40, :40]
     assert transfer_color(patch, patch, np.zeros((40, 40), np.uint8)) is patch
