@@ -591,7 +591,9 @@ def test_a_flat_target_keeps_most_of_the_sources_features(astro, contrast):
     mask = np.full(patch.shape[:2], 255, np.uint8)
     mean = patch.reshape(-1, 3).mean(axis=0)
     flat = np.clip((patch - mean) * contrast + mean, 0, 255).astype(np.uint8)
-    luma = lambda img: cv2.cvtColor(img, cv2.COLOR_BGR2GRAY).astype(np.float64).std()
+    def luma(img: np.ndarray) -> float:
+        return float(cv2.cvtColor(img, cv2.COLOR_BGR2GRAY).astype(np.float64).std())
+
     out = transfer_color(patch, flat, mask)
     assert luma(out) >= 0.69 * luma(patch)
     assert luma(out) == pytest.approx(max(contrast, 0.7) * luma(patch), rel=0.05)
