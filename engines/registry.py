@@ -67,7 +67,8 @@ def _build_dlib(detect: Any, swap: ClassicalOptions, models: Any, runtime: Runti
     return EngineSet(
         name="dlib",
         detector=_verified(DlibHogDetector(detect.max_side, detect.upsample,
-                                           max_upscale=getattr(detect, "max_upscale", 1.0)),
+                                           max_upscale=getattr(detect, "max_upscale", 1.0),
+                                           refine=getattr(detect, "refine", False)),
                            getattr(detect, "verify", True)),
         landmarker=DlibLandmarker(),
         embedder=DlibEmbedder(),

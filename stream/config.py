@@ -35,6 +35,9 @@ class DetectConfig:
     every_empty: int = 2  # with no face followed, detection every N frames (a face coming in is found sooner)
     background: bool = True  # live runs: detect on a thread of its own, tracking goes on meanwhile
     verify: bool = True  # dlib engine: boxes checked by landmarks and embedding (no badges or prints swapped)
+    # dlib engine: each box measured again in a crop around it (HOG's boxes come in its
+    # pyramid's and cells' steps, and the 68 points move with the box; about 6 ms a face).
+    refine: bool = True
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, f"detect.every must be >= 1, got {self.every}")
@@ -43,6 +46,7 @@ class DetectConfig:
         _check(1.0 <= self.max_upscale <= 4.0, f"detect.max_upscale must be in [1, 4], got {self.max_upscale}")
         _check(self.upsample in (0, 1, 2), f"detect.upsample must be 0, 1 or 2, got {self.upsample}")
         _check(isinstance(self.verify, bool), f"detect.verify must be true or false, got {self.verify!r}")
+        _check(isinstance(self.refine, bool), f"detect.refine must be true or false, got {self.refine!r}")
 
 
 SMOOTHERS = ("pose", "one-euro")

@@ -105,7 +105,8 @@ def test_small_faces_kept_patterns_dropped(detector_up1) -> None:  # type: ignor
     group = group_picture()
     small = cv2.resize(group, None, fx=0.4, fy=0.4, interpolation=cv2.INTER_AREA)
     image, patterns = _with_patterns(cv2.copyMakeBorder(small, 0, 70, 0, 0, cv2.BORDER_REPLICATE), 48)
-    bare = DlibHogDetector(upsample=1, max_upscale=Config().detect.max_upscale).forward(FrameViews(image))
+    bare = DlibHogDetector(upsample=1, max_upscale=Config().detect.max_upscale,
+                           refine=Config().detect.refine).forward(FrameViews(image))
     found = detector_up1.forward(FrameViews(image))  # the same HOG (and scale), filtered
     faces = [b for b, _ in bare if not any(iou(b, p) > 0.2 for p in patterns)]
     assert len(faces) == 6

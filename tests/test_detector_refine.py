@@ -1,0 +1,70 @@
+"""HOG's boxes measured again in a crop (detect.refine): closer to the face's own box, and the
+68 points on them closer to the points on that box."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engines.dlib_detector import DlibHogDetector
+from engines.dlib_landmarker import DlibLandmarker
+from engines.face import Box
+from engines.frame_views import FrameViews
+from stream.config import Config
+from tools.quality.clips import overlap_scene, small_scene
+
+
+def _centre(box: Box) -> np.ndarray:
+    return np.array([(box[0] + box[2]) / 2, (box[1] + box[3]) / 2])
+
+
+def _errors(scene, refine: bool) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+    """Mean size error (log ratio), centre error (x the truth's width) and the 68 points'
+    distance from those on the truth's box (x the inter-ocular distance), over the scene's
+    faces in a few frames. The truth's boxes are HOG's on the still pictures, moved with them."""
+    cfg = Config().detect
+    detector = DlibHogDetector(cfg.max_side, cfg.upsample, max_upscale=cfg.max_upscale, refine=refine)
+    landmarker = DlibLandmarker()
+    size, centre, points = [], [], []
+    for i in range(0, scene.n_frames, 5):
+        frame, truth = scene.frame(i)
+        views = FrameViews(frame)
+        boxes = [b for b, _ in detector.forward(views)]
+        for face in truth.faces:
+            width = face[2] - face[0]
+            near = min(boxes, key=lambda b: float(np.linalg.norm(_centre(b) - _centre(face))))
+            if np.linalg.norm(_centre(near) - _centre(face)) > 0.5 * width:
+                continue
+            size.append(abs(np.log((near[2] - near[0]) / width)))
+            centre.append(float(np.linalg.norm(_centre(near) - _centre(face))) / width)
+            own = landmarker.forward(views, face)
+            iod = np.linalg.norm(own[36:42].mean(axis=0) - own[42:48].mean(axis=0))
+            points.append(float(np.linalg.norm(landmarker.forward(views, near) - own, axis=1).mean() / iod))
+    assert len(points) >= 20
+    return float(np.mean(size)), float(np.mean(centre)), float(np.mean(points))
+
+
+@pytest.mark.parametrize("make", [small_scene, overlap_scene], ids=["small-42px", "overlap-100px"])
+def test_refined_boxes_put_the_points_where_the_faces_own_box_does(make) -> None:  # type: ignore[no-untyped-def]
+    scene = make()
+    raw, refined = _errors(scene, False), _errors(scene, True)
+    assert refined[0] < raw[0], f"size error {raw[0]:.3f} -> {refined[0]:.3f}"
+    assert refined[2] < 0.85 * raw[2], f"points {raw[2]:.3f} -> {refined[2]:.3f}"
+
+
+def test_refine_keeps_a_box_with_no_face_in_its_crop() -> None:
+    detector = DlibHogDetector(refine=True)
+    detector.open()
+    flat = np.full((200, 300), 128, np.uint8)
+    box = (100.0, 50.0, 160.0, 110.0)
+    assert detector.refine_box(flat, box) == box
+    # A box reaching past the frame's edge is measured on replicated pixels, not refused.
+    edge = (-20.0, -10.0, 40.0, 50.0)
+    assert detector.refine_box(flat, edge) == edge
+
+
+def test_refine_is_on_by_default_and_can_be_turned_off() -> None:
+    assert Config().detect.refine is True
+    from stream.config import ConfigError, DetectConfig
+
+    with pytest.raises(ConfigError, match="detect.refine must be true or false"):
+        DetectConfig(refine="yes")  # type: ignore[arg-type]
