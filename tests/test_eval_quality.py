@@ -371,3 +371,19 @@ def test_overpaint_is_the_changed_share_of_an_occluder_in_front_of_a_face() -> N
     changed[150:200, 200:230] = True
     assert metrics.occluder_overpaint(changed, [face], cup) == pytest.approx(0.5)
     assert metrics.occluder_overpaint(changed, [face], (400.0, 0.0, 450.0, 50.0)) is None  # not in front
+
+
+def test_the_suite_passes_each_set_to_facestream_swap(tmp_path: Path) -> None:
+    from tools.eval_quality import parse_args, swap_args
+
+    args = parse_args(["--suite", "--engine", "dlib", "--set", "detect.refine=false", "--set", "swap.shading=0"])
+    assert swap_args(args) == ("--engine", "dlib", "--set", "detect.refine=false", "--set", "swap.shading=0")
+    assert swap_args(parse_args(["--suite"])) == ()
+    # A value facestream refuses stops the suite with facestream's own one-line reason.
+    res = subprocess.run(TOOL + ["--suite", "--clips", "leave-return", "--configs", "fast",
+                                 "--workdir", str(tmp_path), "--set", "swap.shading=2"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        "eval_quality: facestream swap --config fast on leave-return.mp4 failed: "
+        "facestream: error: swap.shading must be in [0, 1], got 2")

@@ -8,6 +8,7 @@ One clip (ground truth optional: without it the faces are those dlib finds in th
 The suite (clips made from installed pictures, `facestream swap` in fast, default and quality):
 
     python tools/eval_quality.py --suite [--clips rotate,small] [--configs default] [--json PATH]
+    python tools/eval_quality.py --suite --configs default --set detect.refine=false   # a switch off
 
 `--per-face` adds a row per face (its identity distance, shift, how turned it is, its width, and
 which goals it misses: identity under 0.6, shift under 0.05), to see which faces carry a mean.
@@ -117,6 +118,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--configs", default=",".join(CONFIGS), help="suite: configs to run (default %(default)s)")
     p.add_argument("--engine", choices=("auto", "dlib", "neural"),
                    help="suite: facestream swap's --engine (default: its own, auto)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="suite: passed to every `facestream swap` as --set (repeatable): run the suite "
+                        "with and without a switch to see what it does, e.g. --set detect.refine=false")
     p.add_argument("--workdir", help="suite: folder for the clips and outputs (default: a temp folder)")
     p.add_argument("--make-clips", metavar="DIR", help="only write the clip set (and its ground truth) to DIR")
     p.add_argument("--sample-every", type=int, default=5, help="identity measured every N-th frame (default 5)")
@@ -131,6 +135,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not (args.suite or args.make_clips) and not (args.source and args.input and args.output):
         p.error("give --source, --input and --output, or --suite, or --make-clips DIR")
     return args
+
+
+def swap_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """What the suite adds to every `facestream swap` command line: --engine and each --set."""
+    extra = ["--engine", args.engine] if args.engine else []
+    for override in args.overrides:
+        extra += ["--set", override]
+    return tuple(extra)
 
 
 def one_clip(args: argparse.Namespace, models: Models) -> list[QualityReport]:
@@ -175,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 reports = run_suite(workdir, models, names, configs, args.sample_every,
                                     on_report=lambda r: print(f"  {r.clip} / {r.config} measured",
                                                               file=sys.stderr),
-                                    swap_args=("--engine", args.engine) if args.engine else ())
+                                    swap_args=swap_args(args))
         else:
             reports = one_clip(args, models)
     except MeasureError as exc:
