@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                     tracker.update(FrameViews(frame), i, i / 30)
                 passes[label].append((time.perf_counter() - start) * 1000 / len(frames))
         for label, times in passes.items():
-            what = "" if len(built) == 1 else (" default:" if label == "default" else f" {' '.join(args.against)}:")
-            print(f"{name:12s} {len(frames)} frames {frame.shape[1]}x{frame.shape[0]}{what} "
+            what = "" if len(built) == 1 else (" (default)" if label == "default" else f" ({' '.join(args.against)})")
+            print(f"{name:12s} {len(frames)} frames {frame.shape[1]}x{frame.shape[0]}{what}: "
                   f"{min(times):.1f} ms/frame best, {statistics.median(times):.1f} median of {args.repeat}")
         if len(built) > 1:
             print(f"{name:12s} default / against: {min(passes['default']) / min(passes['against']):.2f}x (best passes)")
