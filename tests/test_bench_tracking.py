@@ -18,7 +18,8 @@ def test_against_times_an_override_beside_the_default(capsys: pytest.CaptureFixt
     assert bench_tracking.main(["--scenes", "face-like", "--repeat", "1", "--against", "detect.refine=false"]) == 0
     default, other, ratio = capsys.readouterr().out.strip().splitlines()
     assert re.fullmatch(r"face-like +60 frames 640x360 \(default\): \d+\.\d ms/frame best, .*", default), default
-    assert re.fullmatch(r"face-like +60 frames 640x360 \(detect.refine=false\): \d+\.\d ms/frame best, .*", other), other
+    assert re.fullmatch(r"face-like +60 frames 640x360 \(detect.refine=false\): \d+\.\d ms/frame best, .*",
+                        other), other
     assert re.fullmatch(r"face-like +default / against: \d+\.\d\dx \(best passes\)", ratio), ratio
 
 
