@@ -131,9 +131,15 @@ class EncodeConfig:
     preset: str = "veryfast"
     crf: int = 20
     threads: int = 0  # 0: let the encoder choose
+    # Quantiser steps finer on the swapped faces than on the rest of the picture (x264's and
+    # x265's QP: 6 steps halve the step size), for faces up to 64 px wide, fading to none at
+    # 112 px (stream/media/face_roi.py): at crf 20 a 40 px face's eyes and mouth are
+    # flattened by the encoder. 0: off. Not with the ultrafast preset (no adaptive quantiser).
+    face_qp: float = 2.5
 
     def __post_init__(self) -> None:
         _check(0 <= self.crf <= 51, f"encode.crf must be in [0, 51], got {self.crf}")
+        _check(0.0 <= self.face_qp <= 25.0, f"encode.face_qp must be in [0, 25], got {self.face_qp}")
         _check(self.threads >= 0, f"encode.threads must be >= 0, got {self.threads}")
 
 

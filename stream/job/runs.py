@@ -24,6 +24,7 @@ from stream.sinks.protocol import LiveSink, SinkStats, stats_of
 from stream.sources.file import FileSource
 from stream.sources.image import ImageSource
 from stream.sources.protocol import LiveSource
+from stream.stages.records import Pasted
 
 
 def _assemble(job: SwapJob, shape: tuple[int, int], source: Source, sink: Sink, live: bool,
@@ -129,8 +130,8 @@ def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
     metrics = Metrics()
 
     def on_frame(slot: Slot) -> None:
-        if isinstance(slot.payload, int):  # the composite stage's count of faces pasted
-            metrics.faces_on_screen = slot.payload
+        if isinstance(slot.payload, Pasted):  # the composite stage's faces pasted
+            metrics.faces_on_screen = slot.payload.count
         if cadence is not None:
             cadence.on_frame()
 

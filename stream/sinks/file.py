@@ -18,10 +18,12 @@ from stream.media.atomic import commit, discard, partial_path
 from stream.media.audio_delay import AudioDelay
 from stream.media.close import close_quietly
 from stream.media.convert import YuvFramer, apply_tags
+from stream.media.face_roi import face_regions, uses_regions, with_regions
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 from stream.sinks.carried_streams import CarriedStreams
 from stream.sinks.live_sound import LiveSound
+from stream.stages.records import Pasted
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,8 @@ class FileSink:
         self._frame_indexed = self.path.suffix.lower() in _FRAME_INDEXED
         self._time_base = info.frame_duration if (self._frame_indexed or constant_rate) else info.time_base
         self._held: av.VideoFrame | None = None  # constant_rate: the last picture encoded
+        # The swapped faces get finer quantisation (encode.face_qp), where the encoder can.
+        self._face_qp = encode.face_qp if uses_regions(encode.codec, encode.preset, encode.face_qp) else 0.0
         # Packets wait (in decode order) until the pts of the frame after theirs is known,
         # so each gets its true duration: mp4 ends the track at max(pts + duration), and
         # without durations the muxer guesses the last frame from the nominal rate.
@@ -198,7 +202,7 @@ class FileSink:
         if self._last_pts is not None and pts <= self._last_pts:
             raise self._error(f"frame {self.frames_written}: pts {pts} after {self._last_pts} "
                               "(pts must increase)")
-        self._encode(self._to_frame(self._pad(image)), pts)
+        self._encode(self._to_frame(self._pad(image), slot), pts)
 
     def _write_on_grid(self, slot: Slot, image: np.ndarray) -> None:
         """constant_rate: the frame at the frame time its timestamp falls in."""
@@ -214,7 +218,7 @@ class FileSink:
             for pts in range(self._last_pts + 1, index):  # the picture before stays up meanwhile
                 self._encode(self._held, pts)
                 self.frames_repeated += 1
-        frame = self._to_frame(self._pad(image))
+        frame = self._to_frame(self._pad(image), slot)
         if self._last_pts is None:  # the first picture also stands for the frames before it
             for pts in range(index):
                 self._encode(frame, pts)
@@ -271,9 +275,17 @@ class FileSink:
                        (self._last_pts + 1) if self._last_pts is not None else 0)
         return round(slot.pts * slot.time_base / self._time_base)
 
-    def _to_frame(self, image: np.ndarray) -> av.VideoFrame:
+    def _to_frame(self, image: np.ndarray, slot: Slot) -> av.VideoFrame:
         assert self._framer is not None
-        return self._framer(image)
+        frame = self._framer(image)
+        if self._face_qp and isinstance(slot.payload, Pasted) and slot.payload.boxes:
+            regions = face_regions(slot.payload.boxes, self._face_qp, self.width, self.height)
+            try:
+                frame = with_regions(frame, regions, self._time_base)
+            except (av.FFmpegError, ValueError) as exc:  # an FFmpeg without addroi: plain frames
+                log.warning("%s: faces are encoded like the rest (%s)", self.path, reason_of(exc))
+                self._face_qp = 0.0
+        return frame
 
     def _mux_video(self, packet: av.Packet) -> None:
         self._waiting.append(packet)

@@ -6,7 +6,7 @@ from engines.occlusion import find_occluders
 from engines.protocols import Enhancer, Swapper
 from stream.runtime.metrics import Metrics
 from stream.runtime.slot import Slot
-from stream.stages.records import SwappedFaces
+from stream.stages.records import Pasted, SwappedFaces
 
 
 class CompositeWorker:
@@ -39,7 +39,7 @@ class CompositeWorker:
         n = len(pairs)
         self.metrics.faces_swapped += n
         self.metrics.frames_with_faces += 1 if n else 0
-        out.payload = n
+        out.payload = Pasted(n, tuple(face.box for face, _ in pairs))
 
     def close(self) -> None:
         pass
