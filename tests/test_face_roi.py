@@ -156,3 +156,22 @@ def test_the_composite_stage_hands_the_sink_the_boxes_of_the_faces_it_pasted():
     out = Slot(1)
     CompositeWorker(_Swapper(), Metrics()).process(item, out)
     assert (out.payload.count, out.payload.boxes) == (2, (FACE, (150.0, 20.0, 200.0, 70.0)))
+
+
+def test_a_full_range_bt709_frame_keeps_its_tags_and_the_filter_sees_no_change():
+    import av.logging
+
+    from stream.media.convert import YuvFramer
+    from stream.media.face_roi import with_regions
+
+    frame = YuvFramer(64, 48, "bt709", True)(np.zeros((48, 64, 3), np.uint8))
+    level = av.logging.get_level()
+    av.logging.set_level(av.logging.VERBOSE)
+    try:
+        with av.logging.Capture() as logs:
+            out = with_regions(frame, [(0, 0, 16, 16, -0.1)], Fraction(1001, 30000))
+    finally:
+        av.logging.set_level(level)
+    assert (out.colorspace, out.color_range) == (frame.colorspace, frame.color_range)
+    assert [sd.type.name for sd in out.side_data.keys()] == ["REGIONS_OF_INTEREST"]
+    assert not [line for line in logs if "Changing video frame properties" in str(line)]

@@ -67,8 +67,10 @@ def with_regions(frame: av.VideoFrame, regions: Sequence[tuple[int, int, int, in
     if not regions:
         return frame
     graph = av.filter.Graph()
-    node = graph.add_buffer(width=frame.width, height=frame.height, format=frame.format.name,
-                            time_base=time_base)
+    # The frame's colour tags on the source, or FFmpeg takes them for a change mid-stream.
+    node = graph.add("buffer", f"width={frame.width}:height={frame.height}:pix_fmt={frame.format.name}"
+                               f":time_base={time_base.numerator}/{time_base.denominator}"
+                               f":colorspace={frame.colorspace}:range={frame.color_range}")
     for x, y, w, h, q in regions:
         roi = graph.add("addroi", f"x={x}:y={y}:w={w}:h={h}:qoffset={q:.4f}")
         node.link_to(roi)
