@@ -12,9 +12,8 @@ import pytest
 from stream.config import ConfigError, EncodeConfig, load_config
 from stream.media.face_roi import LARGE_FACE, SMALL_FACE, face_offset, face_regions, uses_regions
 from stream.media.video_info import VideoInfo
-from stream.runtime.slot import Slot
+from stream.runtime.slot import Pasted, Slot
 from stream.sinks.file import FileSink
-from stream.stages.records import Pasted
 
 W, H = 320, 192
 FACE = (40.0, 60.0, 88.0, 116.0)  # a 48 px face

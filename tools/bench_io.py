@@ -21,10 +21,9 @@ sys.path.insert(0, str(ROOT))
 
 from stream.config import EncodeConfig  # noqa: E402
 from stream.media.convert import YuvFramer, copy_yuv420p_planes  # noqa: E402
-from stream.runtime.slot import Slot  # noqa: E402
+from stream.runtime.slot import Pasted, Slot  # noqa: E402
 from stream.sinks.file import FileSink  # noqa: E402
 from stream.sources.file import FileSource  # noqa: E402
-from stream.stages.records import Pasted  # noqa: E402
 from tools.media import make_clip, pattern_frame  # noqa: E402
 
 

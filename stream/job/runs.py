@@ -17,14 +17,13 @@ from stream.media.probe import probe_video
 from stream.media.video_info import VideoInfo
 from stream.runtime.metrics import Metrics
 from stream.runtime.protocols import Sink, Source
-from stream.runtime.slot import Slot
+from stream.runtime.slot import Pasted, Slot
 from stream.sinks.file import FileSink
 from stream.sinks.image import ImageSink
 from stream.sinks.protocol import LiveSink, SinkStats, stats_of
 from stream.sources.file import FileSource
 from stream.sources.image import ImageSource
 from stream.sources.protocol import LiveSource
-from stream.stages.records import Pasted
 
 
 def _assemble(job: SwapJob, shape: tuple[int, int], source: Source, sink: Sink, live: bool,

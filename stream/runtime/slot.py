@@ -50,3 +50,13 @@ class Slot:
         self.capture_time = 0.0
         self.frame = None
         self.payload = None
+
+
+@dataclass(frozen=True, eq=False)
+class Pasted:
+    """The composite stage's record, the one the sink gets: how many faces were pasted into
+    the frame, and their boxes (x0, y0, x1, y1; a file encoder spends more bits there:
+    `encode.face_qp`)."""
+
+    count: int
+    boxes: tuple[tuple[float, float, float, float], ...] = ()

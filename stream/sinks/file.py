@@ -20,10 +20,9 @@ from stream.media.close import close_quietly
 from stream.media.convert import YuvFramer, apply_tags
 from stream.media.face_roi import face_regions, uses_regions, with_regions
 from stream.media.video_info import VideoInfo
-from stream.runtime.slot import Slot
+from stream.runtime.slot import Pasted, Slot
 from stream.sinks.carried_streams import CarriedStreams
 from stream.sinks.live_sound import LiveSound
-from stream.stages.records import Pasted
 
 log = logging.getLogger(__name__)
 

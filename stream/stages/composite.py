@@ -5,8 +5,8 @@ from __future__ import annotations
 from engines.occlusion import find_occluders
 from engines.protocols import Enhancer, Swapper
 from stream.runtime.metrics import Metrics
-from stream.runtime.slot import Slot
-from stream.stages.records import Pasted, SwappedFaces
+from stream.runtime.slot import Pasted, Slot
+from stream.stages.records import SwappedFaces
 
 
 class CompositeWorker:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engines.face import Box, Face, SwapResult
+from engines.face import Face, SwapResult
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,11 +27,3 @@ class SwappedFaces:
     output: Any = None
     results: tuple[tuple[Face, SwapResult], ...] | None = None
 
-
-@dataclass(frozen=True, eq=False)
-class Pasted:
-    """The composite stage's record for the sink: how many faces were pasted into the frame,
-    and their boxes (a file encoder spends more bits there: `encode.face_qp`)."""
-
-    count: int
-    boxes: tuple[Box, ...] = ()
