@@ -174,3 +174,40 @@ def test_a_full_range_bt709_frame_keeps_its_tags_and_the_filter_sees_no_change()
     assert (out.colorspace, out.color_range) == (frame.colorspace, frame.color_range)
     assert [sd.type.name for sd in out.side_data.keys()] == ["REGIONS_OF_INTEREST"]
     assert not [line for line in logs if "Changing video frame properties" in str(line)]
+
+
+def test_an_rtsp_output_gets_the_face_regions_too():
+    # A real RTSP server; what is checked is the frame handed to the sink's encoder thread.
+    import time
+
+    from stream.sinks.rtsp import RtspSink
+    from tests.fixtures.rtsp import Relay, free_port, require_relay
+
+    require_relay()
+    relay = Relay(free_port(), ["out"])
+    relay.start()
+    try:
+        sink = RtspSink(relay.url("out/push"), W, H, 30, EncodeConfig(), open_timeout=10.0)
+        sink.open()
+        given: list[int] = []
+        put = sink._queue.put_nowait
+
+        def spy(frame: av.VideoFrame) -> None:
+            given.append(sum(sd.type.name == "REGIONS_OF_INTEREST" for sd in frame.side_data.keys()))
+            put(frame)
+
+        sink._queue.put_nowait = spy
+        slot = Slot(0, {"image": np.zeros((H, W, 3), np.uint8)})
+        try:
+            for i, payload in enumerate([Pasted(1, (FACE,)), Pasted(0, ()), None, Pasted(1, (FACE,))]):
+                slot.image[:] = _textured(i)
+                slot.capture_time = time.monotonic()
+                slot.payload = payload
+                sink.write(slot)
+                time.sleep(0.05)  # the writer takes each frame before the next comes
+        finally:
+            sink.close()
+    finally:
+        relay.stop()
+    assert given == [1, 0, 0, 1]
+    assert sink.frames_written == 4

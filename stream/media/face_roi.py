@@ -15,12 +15,17 @@ of the suite's clips at 2.5 steps), and the file would grow for nothing.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from fractions import Fraction
 
 import av
 
 from engines.face import Box
+from stream.errors import reason_of
+from stream.runtime.slot import Pasted
+
+log = logging.getLogger(__name__)
 
 SMALL_FACE = 64.0  # px: a face this wide or narrower gets the whole offset
 LARGE_FACE = 112.0  # px: from this width, none
@@ -82,3 +87,26 @@ def with_regions(frame: av.VideoFrame, regions: Sequence[tuple[int, int, int, in
     out = graph.pull()
     out.colorspace, out.color_range = frame.colorspace, frame.color_range
     return out
+
+
+class FaceRegions:
+    """An encoder's face regions: `attach(frame, payload)` gives the frame the boxes of the
+    faces the composite stage pasted (`Pasted`), or the frame as it was where the encoder
+    cannot use them, the faces are large or none were pasted."""
+
+    def __init__(self, name: str, codec: str, preset: str, face_qp: float, width: int, height: int,
+                 time_base: Fraction) -> None:
+        self.name = name
+        self.face_qp = face_qp if uses_regions(codec, preset, face_qp) else 0.0
+        self.width, self.height, self.time_base = width, height, time_base
+
+    def attach(self, frame: av.VideoFrame, payload: object) -> av.VideoFrame:
+        if not self.face_qp or not isinstance(payload, Pasted) or not payload.boxes:
+            return frame
+        regions = face_regions(payload.boxes, self.face_qp, self.width, self.height)
+        try:
+            return with_regions(frame, regions, self.time_base)
+        except (av.FFmpegError, ValueError) as exc:  # an FFmpeg without addroi: plain frames
+            log.warning("%s: faces are encoded like the rest (%s)", self.name, reason_of(exc))
+            self.face_qp = 0.0
+            return frame

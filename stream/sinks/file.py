@@ -18,9 +18,9 @@ from stream.media.atomic import commit, discard, partial_path
 from stream.media.audio_delay import AudioDelay
 from stream.media.close import close_quietly
 from stream.media.convert import YuvFramer, apply_tags
-from stream.media.face_roi import face_regions, uses_regions, with_regions
+from stream.media.face_roi import FaceRegions
 from stream.media.video_info import VideoInfo
-from stream.runtime.slot import Pasted, Slot
+from stream.runtime.slot import Slot
 from stream.sinks.carried_streams import CarriedStreams
 from stream.sinks.live_sound import LiveSound
 
@@ -92,7 +92,8 @@ class FileSink:
         self._time_base = info.frame_duration if (self._frame_indexed or constant_rate) else info.time_base
         self._held: av.VideoFrame | None = None  # constant_rate: the last picture encoded
         # The swapped faces get finer quantisation (encode.face_qp), where the encoder can.
-        self._face_qp = encode.face_qp if uses_regions(encode.codec, encode.preset, encode.face_qp) else 0.0
+        self._faces = FaceRegions(str(self.path), encode.codec, encode.preset, encode.face_qp,
+                                  self.width, self.height, self._time_base)
         # Packets wait (in decode order) until the pts of the frame after theirs is known,
         # so each gets its true duration: mp4 ends the track at max(pts + duration), and
         # without durations the muxer guesses the last frame from the nominal rate.
@@ -276,15 +277,7 @@ class FileSink:
 
     def _to_frame(self, image: np.ndarray, slot: Slot) -> av.VideoFrame:
         assert self._framer is not None
-        frame = self._framer(image)
-        if self._face_qp and isinstance(slot.payload, Pasted) and slot.payload.boxes:
-            regions = face_regions(slot.payload.boxes, self._face_qp, self.width, self.height)
-            try:
-                frame = with_regions(frame, regions, self._time_base)
-            except (av.FFmpegError, ValueError) as exc:  # an FFmpeg without addroi: plain frames
-                log.warning("%s: faces are encoded like the rest (%s)", self.path, reason_of(exc))
-                self._face_qp = 0.0
-        return frame
+        return self._faces.attach(self._framer(image), slot.payload)
 
     def _mux_video(self, packet: av.Packet) -> None:
         self._waiting.append(packet)

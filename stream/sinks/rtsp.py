@@ -19,6 +19,7 @@ from stream.media.backoff import backoff_delay
 from stream.media.clock import VIDEO_TIME_BASE
 from stream.media.close import close_quietly
 from stream.media.convert import YuvFramer
+from stream.media.face_roi import FaceRegions
 from stream.media.interruptible import Cancelled
 from stream.media.rtsp import RtspRefused, redacted
 from stream.runtime.slot import Slot
@@ -78,6 +79,8 @@ class RtspSink:
         self.frames_dropped = 0
         self.reconnects = 0
         self._framer = YuvFramer(width, height)
+        # The swapped faces get finer quantisation (encode.face_qp), as in a file output.
+        self._faces = FaceRegions(self.name, "libx264", preset, encode.face_qp, width, height, VIDEO_TIME_BASE)
         # The writer may hold one frame and the queue the next QUEUE_FRAMES: one more to fill.
         self._pool = [self._framer.new_frame() for _ in range(QUEUE_FRAMES + 2)]
         self._next = 0
@@ -176,7 +179,7 @@ class RtspSink:
         if self._link is None or self._closing.is_set() or self._queue.full():
             self._count_dropped(1)
             return
-        frame = self._framer.fill(slot.image, self._pool[self._next])
+        frame = self._faces.attach(self._framer.fill(slot.image, self._pool[self._next]), slot.payload)
         self._next = (self._next + 1) % len(self._pool)
         frame.pts = pts
         frame.time_base = VIDEO_TIME_BASE
