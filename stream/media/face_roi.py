@@ -85,7 +85,6 @@ def with_regions(frame: av.VideoFrame, regions: Sequence[tuple[int, int, int, in
     graph.configure()
     graph.push(frame)
     out = graph.pull()
-    out.colorspace, out.color_range = frame.colorspace, frame.color_range
     return out
 
 

@@ -26,4 +26,3 @@ class SwappedFaces:
     batch: Any
     output: Any = None
     results: tuple[tuple[Face, SwapResult], ...] | None = None
-
