@@ -70,7 +70,7 @@ def _write(path: Path, face_qp: float, boxes: tuple) -> list[np.ndarray]:
         for i in range(12):
             slot.image[:] = _textured(i)
             slot.pts, slot.time_base = i, Fraction(1, 30)
-            slot.payload = Pasted(len(boxes), boxes)
+            slot.payload = Pasted(boxes)
             sink.write(slot)
             written.append(slot.image.copy())
     finally:
@@ -122,14 +122,14 @@ def _regions_given(tmp_path: Path, payloads: list, preset: str = "veryfast") -> 
 
 def test_only_frames_with_small_faces_pasted_carry_regions(tmp_path):
     large = (10.0, 10.0, 150.0, 170.0)
-    given = _regions_given(tmp_path, [Pasted(1, (FACE,)), Pasted(0, ()), None, Pasted(1, (large,)),
-                                      Pasted(2, (FACE, large))])
+    given = _regions_given(tmp_path, [Pasted((FACE,)), Pasted(()), None, Pasted((large,)),
+                                      Pasted((FACE, large))])
     [(top, bottom, left, right, q)] = given[0]
     assert top < 60 and bottom > 116 and left < 40 and right > 88 and q == pytest.approx(-0.1)
     assert [len(g) for g in given[1:]] == [0, 0, 0, 1]
     assert np.array_equal(given[4], given[0])
     # ultrafast has no adaptive quantiser to apply them: none are made
-    assert [len(g) for g in _regions_given(tmp_path, [Pasted(1, (FACE,))], preset="ultrafast")] == [0]
+    assert [len(g) for g in _regions_given(tmp_path, [Pasted((FACE,))], preset="ultrafast")] == [0]
 
 
 class _Swapper:
@@ -199,7 +199,7 @@ def test_an_rtsp_output_gets_the_face_regions_too():
         sink._queue.put_nowait = spy
         slot = Slot(0, {"image": np.zeros((H, W, 3), np.uint8)})
         try:
-            for i, payload in enumerate([Pasted(1, (FACE,)), Pasted(0, ()), None, Pasted(1, (FACE,))]):
+            for i, payload in enumerate([Pasted((FACE,)), Pasted(()), None, Pasted((FACE,))]):
                 slot.image[:] = _textured(i)
                 slot.capture_time = time.monotonic()
                 slot.payload = payload

@@ -54,7 +54,7 @@ def bench_encode(path: Path, out: Path, preset: str, face_qp: float = 0.0,
     sink = FileSink(out, info, EncodeConfig(preset=preset, face_qp=face_qp), audio_from=path)
     sink.open()
     slot = Slot(0, {"image": images[0]})
-    slot.payload = Pasted(len(boxes), boxes)
+    slot.payload = Pasted(boxes)
     start = time.perf_counter()
     for i in range(info.frames):
         np.copyto(slot.buffers["image"], images[i % len(images)])

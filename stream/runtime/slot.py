@@ -54,9 +54,12 @@ class Slot:
 
 @dataclass(frozen=True, eq=False)
 class Pasted:
-    """The composite stage's record, the one the sink gets: how many faces were pasted into
-    the frame, and their boxes (x0, y0, x1, y1; a file encoder spends more bits there:
+    """The composite stage's record, the one the sink gets: the boxes (x0, y0, x1, y1) of the
+    faces pasted into the frame (file and RTSP encoders spend more bits there:
     `encode.face_qp`)."""
 
-    count: int
     boxes: tuple[tuple[float, float, float, float], ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.boxes)

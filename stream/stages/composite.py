@@ -36,10 +36,9 @@ class CompositeWorker:
             pairs = tuple(zip(faces, (res for _, res in pairs)))
         for face, result in pairs:
             self.paster.paste(image, face, result)
-        n = len(pairs)
-        self.metrics.faces_swapped += n
-        self.metrics.frames_with_faces += 1 if n else 0
-        out.payload = Pasted(n, tuple(face.box for face, _ in pairs))
+        out.payload = Pasted(tuple(face.box for face, _ in pairs))
+        self.metrics.faces_swapped += out.payload.count
+        self.metrics.frames_with_faces += 1 if pairs else 0
 
     def close(self) -> None:
         pass
