@@ -78,14 +78,20 @@ def test_source_reconnects_after_a_server_restart(relay: Relay, face_frames: lis
     publisher.start()
 
     def restart() -> None:
-        time.sleep(4.0)
+        # Once the run is receiving: a restart while it still opens the camera is a refusal,
+        # which ends the run at once by design (a loaded machine took over 4 s to get there).
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline and not any(
+                p.name != stats.name and p.stat().st_size > 20_000 for p in tmp_path.iterdir()):
+            time.sleep(0.1)
+        time.sleep(1.0)
         relay.stop()
         time.sleep(1.5)
         relay.start()
 
+    stats = tmp_path / "stats.json"
     restarter = threading.Thread(target=restart, daemon=True)
     restarter.start()
-    stats = tmp_path / "stats.json"
     try:
         with caplog.at_level("WARNING"):
             code = main(["live", "--source", str(source_photo), "--input", relay.url("cam"),
