@@ -30,6 +30,24 @@ MIN_DOUBLE_AREA = 1.0
 _SHIFT = 4  # fractional bits of the polygon vertices handed to cv2.fillConvexPoly
 _ONE = 1 << _SHIFT
 
+# Where the mesh squeezes the source much harder than the face as a whole (the far cheek and
+# temple of a face turned away, whose half past the nose is a fifth as wide), one bilinear
+# sample a pixel skips most of the source it stands for: a dotted dark line ran down a
+# turned face's far cheek. With `squeezed`, forward_warp samples a triangle whose neighbouring
+# pixels lie more than SQUEEZE_FROM source pixels apart along x or y (the classical swapper
+# picks a source level that keeps them 1.25-1.8 apart) again, with as many samples a pixel
+# along each axis as keep them within SQUEEZE_REACH (a power of two, at most
+# MAX_SQUEEZE_SAMPLES), and takes the mean of those inside the triangle. A triangle less than
+# MIN_SQUEEZED_HEIGHT px high is a crease, not a surface (a fold at a mouth's corner, closed
+# lips over a smiling source's teeth): averaged over its source it drew a dark line, so it
+# keeps its one sample a pixel.
+SQUEEZE_FROM = 2.5
+SQUEEZE_REACH = 1.8
+MAX_SQUEEZE_SAMPLES = 8
+MIN_SQUEEZED_HEIGHT = 0.5
+_SIDES = int(np.log2(MAX_SQUEEZE_SAMPLES)) + 1  # grid sides 1, 2, 4 ... MAX_SQUEEZE_SAMPLES
+_REMAP_ROWS = 32000  # remap takes fewer than 32767 rows at a time
+
 
 def prepare_triangulation(landmarks: Points) -> Triangles:
     """Delaunay triangulation of the (source) landmarks, as landmark index triples.
@@ -125,13 +143,15 @@ def prepare_affines(
 
 
 def forward_warp(
-    mesh: SourceMesh, dst_points: Points, size: tuple[int, int]
+    mesh: SourceMesh, dst_points: Points, size: tuple[int, int], squeezed: bool = False
 ) -> tuple[ImageBGR, npt.NDArray[np.uint8]]:
     """Warp the mesh's image so that its points land on `dst_points`, over a (w, h) region.
 
     `dst_points` are in region coordinates (pixel centres at integers, like the mesh's points
     in its image). Returns the warped patch (h, w, 3) uint8, black where no triangle covers
-    the pixel, and `valid` (h, w) uint8, 255 where a triangle covers it.
+    the pixel, and `valid` (h, w) uint8, 255 where a triangle covers it. With `squeezed`, the
+    pixels of triangles that squeeze the source hard are the mean of several samples
+    (`resample_squeezed`).
     """
     w, h = size
     triangles = mesh.triangles
@@ -149,8 +169,8 @@ def forward_warp(
     # constant border makes it black.
     luts = np.empty((6, 1, 256), np.float32)
     luts[:, 0, 0] = (0.0, 0.0, -1e4, 0.0, 0.0, -1e4)
-    luts[:, 0, 1 : n + 1] = prepare_affines(triangles, mesh.points, dst).transpose(2, 1, 0) \
-        .reshape(6, n)
+    coef = prepare_affines(triangles, mesh.points, dst)
+    luts[:, 0, 1 : n + 1] = coef.transpose(2, 1, 0).reshape(6, n)
 
     xs = np.arange(w, dtype=np.float32)[None, :]
     ys = np.arange(h, dtype=np.float32)[:, None]
@@ -172,5 +192,100 @@ def forward_warp(
 
     patch = cv2.remap(mesh.image, map_x, map_y, cv2.INTER_LINEAR,
                       borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0))
+    if squeezed:
+        resample_squeezed(patch, labels, mesh, dst, coef)
     valid = cv2.compare(labels, 0, cv2.CMP_GT)
     return patch, valid
+
+
+def squeezed_samples(coef: npt.NDArray[np.float64], dst: Points,
+                     triangles: Triangles) -> npt.NDArray[np.int32]:
+    """Per triangle (its map `coef` onto `dst`), the samples a pixel needs along x and y
+    (T, 2): 0, 0 where neighbouring pixels lie within SQUEEZE_FROM source pixels along both,
+    or where the triangle is a crease (less than MIN_SQUEEZED_HEIGHT px high); otherwise as
+    many as keep neighbouring samples within SQUEEZE_REACH, rounded up to a power of two, at
+    most MAX_SQUEEZE_SAMPLES."""
+    reach = np.linalg.norm(coef[:, 0:2], axis=2)  # |d source / d x|, |d source / d y|
+    need = 2 ** np.ceil(np.log2(np.maximum(reach / SQUEEZE_REACH, 1.0)) - 1e-6)
+    need = np.minimum(need, MAX_SQUEEZE_SAMPLES).astype(np.int32)
+    corners = np.asarray(dst, np.float64)[triangles]  # (T, 3, 2)
+    e1, e2 = corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]
+    double_area = np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
+    longest = np.linalg.norm(corners - np.roll(corners, 1, axis=1), axis=2).max(axis=1)
+    crease = double_area < MIN_SQUEEZED_HEIGHT * np.maximum(longest, 1e-6)
+    need[~(reach > SQUEEZE_FROM).any(axis=1) | crease] = 0
+    return need
+
+
+def resample_squeezed(patch: ImageBGR, labels: npt.NDArray[np.uint8], mesh: SourceMesh,
+                      dst: Points, coef: npt.NDArray[np.float64]) -> None:
+    """In place in `patch` (the warp of `mesh` onto `dst`, one sample a pixel; `labels` each
+    pixel's triangle id + 1, `coef` the triangles' maps): each pixel of a triangle that needs
+    more samples (`squeezed_samples`) becomes the mean of those of its fx x fy samples, spread
+    over the pixel, that fall inside its triangle (a pixel none falls in keeps its value)."""
+    need = squeezed_samples(coef, dst, mesh.triangles)
+    squeezed = need[:, 0] > 0
+    if not squeezed.any():
+        return
+    mine = np.zeros(256, bool)
+    mine[1 : len(squeezed) + 1] = squeezed
+    ys, xs = np.nonzero(mine[labels])
+    if ys.size == 0:
+        return
+    tri = labels[ys, xs].astype(np.intp) - 1
+    counts = need[tri]
+    # One pass: every pixel takes as many samples as the one that needs most, its own grid
+    # repeated (the counts are powers of two, so each of its samples is taken as often).
+    total = int((counts[:, 0] * counts[:, 1]).max())
+    means, seen = _pixel_means(mesh, coef, dst, tri, xs, ys, counts, total)
+    patch[ys[seen], xs[seen]] = means[seen]
+
+
+def _sample_offsets() -> npt.NDArray[np.float32]:
+    """For each grid of fx x fy samples (row log2 fx * _SIDES + log2 fy), its samples'
+    offsets from the pixel's centre, x then y: (2, rows, MAX_SQUEEZE_SAMPLES ** 2), the grid
+    repeated to fill the row."""
+    k = np.arange(MAX_SQUEEZE_SAMPLES ** 2)
+    out = np.empty((2, _SIDES ** 2, len(k)), np.float32)
+    for i in range(_SIDES):
+        for j in range(_SIDES):
+            fx, fy = 2 ** i, 2 ** j
+            grid = k % (fx * fy)
+            out[0, i * _SIDES + j] = (grid % fx + 0.5) / fx - 0.5
+            out[1, i * _SIDES + j] = (grid // fx + 0.5) / fy - 0.5
+    return out
+
+
+_SAMPLE_OFFSETS = _sample_offsets()
+
+
+def _pixel_means(mesh: SourceMesh, coef: npt.NDArray[np.float64], dst: Points,
+                 tri: npt.NDArray[np.intp], xs: npt.NDArray[np.intp], ys: npt.NDArray[np.intp],
+                 counts: npt.NDArray[np.int32], total: int
+                 ) -> tuple[ImageBGR, npt.NDArray[np.bool_]]:
+    """For each pixel (xs, ys) of triangle `tri`: the mean of those of its fx x fy samples
+    (fx, fy its row of `counts`; `total` samples, the grid repeated) that fall inside its
+    triangle (corners in `dst`), through the triangle's map (`coef`), (N, 3) uint8; and
+    whether any did (N,)."""
+    row = np.log2(counts[:, 0]).astype(np.intp) * _SIDES + np.log2(counts[:, 1]).astype(np.intp)
+    sx = xs.astype(np.float32)[:, None] + _SAMPLE_OFFSETS[0, row, :total]  # (N, total)
+    sy = ys.astype(np.float32)[:, None] + _SAMPLE_OFFSETS[1, row, :total]
+    # Inside the target triangle: on the same side of each edge as its third corner.
+    corners = np.asarray(dst, np.float32)[mesh.triangles[tri]]  # (N, 3, 2)
+    inside = np.ones(sx.shape, bool)
+    for a, b, c in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
+        ex, ey = (corners[:, b] - corners[:, a]).T
+        side = ex * (corners[:, c, 1] - corners[:, a, 1]) - ey * (corners[:, c, 0] - corners[:, a, 0])
+        edge = ex[:, None] * (sy - corners[:, a, 1, None]) - ey[:, None] * (sx - corners[:, a, 0, None])
+        inside &= edge * side[:, None] >= 0
+    m = coef[tri].astype(np.float32)  # (N, 3, 2): x, y and 1 -> source x, y
+    maps = [m[:, 0, axis, None] * sx + m[:, 1, axis, None] * sy + m[:, 2, axis, None] for axis in (0, 1)]
+    samples = np.concatenate([
+        cv2.remap(mesh.image, maps[0][i:i + _REMAP_ROWS], maps[1][i:i + _REMAP_ROWS],
+                  cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        for i in range(0, len(tri), _REMAP_ROWS)])
+    weight = inside.astype(np.float32)
+    taken = weight.sum(axis=1)
+    sums = np.einsum("nkc,nk->nc", samples.astype(np.float32), weight)
+    means = np.clip(sums / np.maximum(taken, 1.0)[:, None] + 0.5, 0, 255).astype(np.uint8)
+    return means, taken > 0

@@ -629,6 +629,77 @@ def test_a_small_face_is_warped_with_several_samples_a_pixel(astro, source, monk
     assert edges[classical_swapper.SUPERSAMPLE_FACE] > edges[0.0] - 4
 
 
+def test_a_squeezed_half_face_is_sampled_over_each_pixel(astro, monkeypatch):
+    # A textured picture on the astronaut's points, and the same picture with the half of the
+    # face left of the nose squeezed to a fifth of its width (a face turned away): the best a
+    # warp of the first onto the second's points can give there is the squeeze itself, area
+    # averaged. One bilinear sample a pixel skips four source pixels in five and aliases (a
+    # dotted line down a turned face's far cheek); the squeezed triangles, sampled over each
+    # pixel, come much closer. The rest of the warp is left exactly as it was.
+    from engines import piecewise_affine
+
+    rng = np.random.default_rng(3)
+    h, w = astro.image.shape[:2]
+    texture = cv2.GaussianBlur(rng.integers(0, 256, (2 * h, 2 * w, 3), dtype=np.uint8), (0, 0), 0.7)
+    lm = ((astro.landmarks + 0.5) * 2 - 0.5).astype(np.float32)  # a 180 px face: one sample a pixel
+    nose = int(round(float(lm[30, 0])))
+    narrow = nose // 5
+    frame = np.hstack([cv2.resize(texture[:, :nose], (narrow, 2 * h), interpolation=cv2.INTER_AREA),
+                       texture[:, nose:]])
+    points = lm.copy()
+    left = points[:, 0] < nose - 0.5
+    points[left, 0] = (points[left, 0] + 0.5) * narrow / nose - 0.5
+    points[~left, 0] -= nose - narrow
+    options = ClassicalOptions(shape=0.0, forehead=0.0)
+    source = ClassicalSwapper(options).prepare_source(texture, lm)
+    results = {}
+    for name, squeeze_from in (("one sample", np.inf), ("resampled", piecewise_affine.SQUEEZE_FROM)):
+        monkeypatch.setattr(piecewise_affine, "SQUEEZE_FROM", squeeze_from)
+        results[name] = ClassicalSwapper(options).forward(frame, face_of(points), source)
+    x0, y0, x1, y1 = results["resampled"].region
+    target = frame[y0:y1, x0:x1].astype(np.float64)
+    inner = hull_mask(points - (x0, y0), target.shape[:2], grow=-2) > 0
+    nose_x = int(points[30, 0]) - x0
+    squeezed, wide = inner.copy(), inner.copy()
+    squeezed[:, nose_x - 1:] = False
+    wide[:, :nose_x + 1] = False
+    errors = {name: np.abs(r.patch - target)[squeezed].mean() for name, r in results.items()}
+    assert errors["resampled"] < 0.75 * errors["one sample"], errors
+    changed = (results["resampled"].patch != results["one sample"].patch).any(axis=2)
+    assert changed[squeezed].mean() > 0.5
+    # The triangles wholly past the nose are not squeezed: their pixels stay as they were.
+    past = source.triangles[(points[source.triangles][:, :, 0] > points[30, 0] + 1).all(axis=1)]
+    kept = np.zeros(changed.shape, np.uint8)
+    for corners in points[past] - (x0, y0):
+        cv2.fillConvexPoly(kept, np.round(corners).astype(np.int32), 255)
+    kept = cv2.erode(kept, np.ones((3, 3), np.uint8)) > 0
+    assert kept.sum() > 0.5 * wide.sum()
+    assert not changed[kept].any()
+    assert np.array_equal(results["resampled"].valid, results["one sample"].valid)
+
+
+def test_a_crease_keeps_its_one_sample_a_pixel(monkeypatch):
+    # A triangle folded to less than half a pixel high (a mouth's corner, closed lips) is a
+    # crease, not a squeezed surface: the mean over its whole source triangle drew a dark
+    # line along it, so it keeps the warp's one sample a pixel.
+    from engines import piecewise_affine
+    from engines.piecewise_affine import prepare_mesh
+
+    rng = np.random.default_rng(5)
+    image = cv2.GaussianBlur(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), (0, 0), 0.7)
+    corners = np.array([[8, 8], [56, 8], [56, 56], [8, 56]], np.float32)
+    mesh = prepare_mesh(image, corners, np.array([[0, 2, 3], [0, 1, 2]], np.int32))
+    dst = corners.copy()
+    dst[1] = (32.1, 31.9)  # the second triangle (drawn last) folded onto the diagonal: 0.1 px high
+    one, _ = forward_warp(mesh, dst, (64, 64))
+    patches = {}
+    for name, height in (("crease rule", piecewise_affine.MIN_SQUEEZED_HEIGHT), ("none", 0.0)):
+        monkeypatch.setattr(piecewise_affine, "MIN_SQUEEZED_HEIGHT", height)
+        patches[name], _ = forward_warp(mesh, dst, (64, 64), squeezed=True)
+    assert np.array_equal(patches["crease rule"], one)
+    assert not np.array_equal(patches["none"], one)
+
+
 def test_colour_transfer_without_pixels_is_a_no_op(astro):
     patch = astro.image[:40, :40]
     assert transfer_color(patch, patch, np.zeros((40, 40), np.uint8)) is patch
