@@ -345,6 +345,40 @@ def test_open_mouth_keeps_the_target_mouth(astro, source, keep_mouth, threshold,
         assert np.any(frame[inside] != before[inside], axis=1).mean() > 0.5
 
 
+@pytest.mark.parametrize(("keep_lips", "gap", "kept"), [
+    (True, 0.0, True),  # closed lips under a smiling source: the target's lips stay
+    (False, 0.0, False),  # the switch is off: the source's mouth, teeth and all
+    (True, 12.0, False),  # the target's mouth is open as wide as the source's: nothing kept
+])
+def test_keep_lips_keeps_the_targets_lips_under_a_wider_open_source_mouth(astro, source, keep_lips,
+                                                                         gap, kept):
+    frame, points = move(astro, similarity(scale=1.3))
+    points = set_mouth(points, gap)
+    lips = np.zeros(frame.shape[:2], np.uint8)
+    cv2.fillPoly(lips, [np.round(points[48:60]).astype(np.int32)], 255)
+    lips = cv2.erode(lips, np.ones((3, 3), np.uint8))
+    frame[lips > 0] = (40, 0, 160)  # lips of a colour nothing in the source has
+    before = frame.copy()
+    swapper = ClassicalSwapper(ClassicalOptions(keep_lips=keep_lips, keep_mouth=False))
+    face = face_of(points)
+    swapper.paste(frame, face, swapper.forward(frame, face, source))
+    inside = lips > 0
+    assert inside.sum() > 200
+    if kept:
+        assert np.array_equal(frame[inside], before[inside])
+    else:
+        assert np.any(frame[inside] != before[inside], axis=1).mean() > 0.5
+    # Past the lips and the soft edge around them, the swap is what it is without the switch
+    # but for the colour statistics, which no longer count the lips.
+    plain = before.copy()
+    swapper = ClassicalSwapper(ClassicalOptions(keep_mouth=False))
+    swapper.paste(plain, face, swapper.forward(plain, face, source))
+    edge = int(ClassicalOptions().feather * face_size(points)) + 12
+    away = cv2.dilate(lips, np.ones((2 * edge + 1,) * 2, np.uint8)) == 0
+    change = np.abs(frame[away].astype(np.int16) - plain[away]).max(axis=1)
+    assert change.mean() < 1.0
+
+
 def test_closed_mouth_is_not_cut_out(astro):
     points = set_mouth(astro.landmarks, 0.0) - astro.landmarks.min(axis=0) + 6
     shape = tuple(int(v) for v in points.max(axis=0)[::-1] + 8)
