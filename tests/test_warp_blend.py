@@ -320,6 +320,26 @@ def set_mouth(points: np.ndarray, gap: float) -> np.ndarray:
     return moved
 
 
+def swap_painted(frame: np.ndarray, points: np.ndarray, region: np.ndarray, options: ClassicalOptions,
+                 source: SourceFace) -> tuple[np.ndarray, np.ndarray]:
+    """`frame` with `region` painted a dark red nothing in the source has, before and after a
+    swap of the face on `points` with `options`."""
+    frame[region] = (40, 0, 160)
+    before = frame.copy()
+    swapper = ClassicalSwapper(options)
+    face = face_of(points)
+    swapper.paste(frame, face, swapper.forward(frame, face, source))
+    return before, frame
+
+
+def assert_kept(before: np.ndarray, after: np.ndarray, region: np.ndarray, kept: bool) -> None:
+    """`region` is the target's exactly (kept), or mostly the swap's."""
+    if kept:
+        assert np.array_equal(after[region], before[region])
+    else:
+        assert np.any(after[region] != before[region], axis=1).mean() > 0.5
+
+
 @pytest.mark.parametrize(("keep_mouth", "threshold", "kept"), [
     (True, 0.12, True),  # open, and asked to keep it
     (False, 0.12, False),  # open, but keep_mouth is off
@@ -331,18 +351,11 @@ def test_open_mouth_keeps_the_target_mouth(astro, source, keep_mouth, threshold,
     lips = np.round(points[INNER_LIPS]).astype(np.int32)
     mouth = np.zeros(frame.shape[:2], np.uint8)
     cv2.fillPoly(mouth, [lips], 255)
-    mouth = cv2.erode(mouth, np.ones((3, 3), np.uint8))
-    frame[mouth > 0] = (40, 0, 160)  # a dark red mouth interior nothing in the source has
-    before = frame.copy()
-    swapper = ClassicalSwapper(ClassicalOptions(keep_mouth=keep_mouth, mouth_open=threshold))
-    face = face_of(points)
-    swapper.paste(frame, face, swapper.forward(frame, face, source))
-    inside = mouth > 0
-    assert inside.sum() > 100
-    if kept:
-        assert np.array_equal(frame[inside], before[inside])
-    else:
-        assert np.any(frame[inside] != before[inside], axis=1).mean() > 0.5
+    mouth = cv2.erode(mouth, np.ones((3, 3), np.uint8)) > 0
+    options = ClassicalOptions(keep_mouth=keep_mouth, mouth_open=threshold)
+    before, after = swap_painted(frame, points, mouth, options, source)
+    assert mouth.sum() > 100
+    assert_kept(before, after, mouth, kept)
 
 
 @pytest.mark.parametrize(("keep_lips", "gap", "kept"), [
@@ -356,26 +369,17 @@ def test_keep_lips_keeps_the_targets_lips_under_a_wider_open_source_mouth(astro,
     points = set_mouth(points, gap)
     lips = np.zeros(frame.shape[:2], np.uint8)
     cv2.fillPoly(lips, [np.round(points[48:60]).astype(np.int32)], 255)
-    lips = cv2.erode(lips, np.ones((3, 3), np.uint8))
-    frame[lips > 0] = (40, 0, 160)  # lips of a colour nothing in the source has
-    before = frame.copy()
-    swapper = ClassicalSwapper(ClassicalOptions(keep_lips=keep_lips, keep_mouth=False))
-    face = face_of(points)
-    swapper.paste(frame, face, swapper.forward(frame, face, source))
-    inside = lips > 0
-    assert inside.sum() > 200
-    if kept:
-        assert np.array_equal(frame[inside], before[inside])
-    else:
-        assert np.any(frame[inside] != before[inside], axis=1).mean() > 0.5
+    lips = cv2.erode(lips, np.ones((3, 3), np.uint8)) > 0
+    before, after = swap_painted(frame, points, lips, ClassicalOptions(keep_lips=keep_lips, keep_mouth=False),
+                                 source)
+    assert lips.sum() > 200
+    assert_kept(before, after, lips, kept)
     # Past the lips and the soft edge around them, the swap is what it is without the switch
     # but for the colour statistics, which no longer count the lips.
-    plain = before.copy()
-    swapper = ClassicalSwapper(ClassicalOptions(keep_mouth=False))
-    swapper.paste(plain, face, swapper.forward(plain, face, source))
+    _, plain = swap_painted(before.copy(), points, lips, ClassicalOptions(keep_mouth=False), source)
     edge = int(ClassicalOptions().feather * face_size(points)) + 12
-    away = cv2.dilate(lips, np.ones((2 * edge + 1,) * 2, np.uint8)) == 0
-    change = np.abs(frame[away].astype(np.int16) - plain[away]).max(axis=1)
+    away = cv2.dilate(lips.astype(np.uint8), np.ones((2 * edge + 1,) * 2, np.uint8)) == 0
+    change = np.abs(after[away].astype(np.int16) - plain[away]).max(axis=1)
     assert change.mean() < 1.0
 
 
