@@ -347,16 +347,6 @@ def measure_forehead(image: ImageBGR, landmarks: Landmarks68, reach: float) -> n
     return np.maximum(out, _FOREHEAD_START / 2).astype(np.float32)
 
 
-def _area_mean(big: ImageBGR, big_valid: npt.NDArray[np.uint8], size: tuple[int, int]
-               ) -> tuple[ImageBGR, npt.NDArray[np.uint8]]:
-    """`big` shrunk to `size` (w, h), each pixel the mean of its covered samples only (the
-    others are black: no dark rim at the warp's edge), and the share covered (0..255)."""
-    cover = cv2.resize(big_valid, size, interpolation=cv2.INTER_AREA)
-    mean = cv2.resize(big, size, interpolation=cv2.INTER_AREA).astype(np.float32)
-    mean *= (255.0 / np.maximum(cover, 1).astype(np.float32))[..., None]
-    return np.clip(mean + 0.5, 0, 255).astype(np.uint8), cover
-
-
 def _without_lips(valid: npt.NDArray[np.uint8], landmarks: Landmarks68) -> npt.NDArray[np.uint8]:
     """`valid` (region pixels) less the target's lips (outer lip points, grown by LIPS_GROW of
     the mouth's width): there the target's own pixels stay, behind the mask's soft edge."""
@@ -480,8 +470,12 @@ class ClassicalSwapper:
             # Pixel centres: x + 0.5 in the region is k (x + 0.5) in the k-times larger one.
             big, big_valid = forward_warp(source.levels[level], (points - origin + 0.5) * k - 0.5,
                                           ((x1 - x0) * k, (y1 - y0) * k), squeezed=True)
-            # A pixel counts as covered where most of its samples are.
-            patch, cover = _area_mean(big, big_valid, (x1 - x0, y1 - y0))
+            cover = cv2.resize(big_valid, (x1 - x0, y1 - y0), interpolation=cv2.INTER_AREA)
+            # The mean of the covered samples only (the others are black): no dark rim at the
+            # warp's edge. A pixel counts as covered where most of its samples are.
+            mean = cv2.resize(big, (x1 - x0, y1 - y0), interpolation=cv2.INTER_AREA).astype(np.float32)
+            mean *= (255.0 / np.maximum(cover, 1).astype(np.float32))[..., None]
+            patch = np.clip(mean + 0.5, 0, 255).astype(np.uint8)
             valid = cv2.threshold(cover, 127, 255, cv2.THRESH_BINARY)[1]
         if self.config.keep_lips and \
                 mouth_open_ratio(source.landmarks[:68]) - mouth_open_ratio(lm) >= LIPS_MARGIN:
