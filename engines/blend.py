@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engines.face import BROWS, INNER_LIPS, JAW, ImageBGR, Landmarks68
+from engines.face import BROWS, INNER_LIPS, JAW, OUTER_LIPS, ImageBGR, Landmarks68
 
 Mask: TypeAlias = npt.NDArray[np.uint8]  # (H, W) uint8, 0..255
 
@@ -247,6 +247,60 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
     matrix[:, 3] = mean_t - linear @ mean_s
     # cv2.transform saturates back to uint8 in one pass.
     return cv2.transform(patch, matrix)
+
+
+# The lips' colour: their soft edge (a Gaussian's sigma, as a share of the face's size, at
+# least half a pixel) and the fewest lip pixels whose mean is trusted.
+LIP_EDGE = 0.02
+_MIN_LIP_PIXELS = 8
+
+
+def match_lips(patch: ImageBGR, target: ImageBGR, landmarks: Landmarks68, alpha: Mask) -> ImageBGR:
+    """`patch` with its lips' mean chroma (Cr, Cb) moved to the target's lips': the source's
+    lips keep their shape and their light and shade (luma), and take the target's colour.
+
+    The colour transfer matches the face as a whole to the target's skin and never widens
+    its chroma spread, so lips keep only the colour the source gave them over its skin: a
+    grey or low-chroma source's lips came out the colour of the skin around them, grey
+    lips on a face whose own are red. The lips are the band between the outer (48-59) and
+    the inner (60-67) lip lines, where the warp puts the source's lips; inside the inner
+    line (teeth, the mouth's interior) nothing changes. Both means leave out what the blend
+    does not paste (`alpha` under half: an occluder cut out, lips kept as the target's).
+    The shift fades out over LIP_EDGE of the face's size outside the lips. Returns a new
+    image; the patch itself when the lips have too few pixels or already match.
+    """
+    lm = np.asarray(landmarks, np.float32)[:68]
+    h, w = patch.shape[:2]
+    size = face_size(lm)
+    sigma = max(LIP_EDGE * size, 0.5)
+    reach = int(math.ceil(3 * sigma)) + 1
+    x0, y0 = np.floor(lm[OUTER_LIPS].min(axis=0)).astype(int) - reach
+    x1, y1 = np.ceil(lm[OUTER_LIPS].max(axis=0)).astype(int) + reach + 1
+    x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
+    if x1 - x0 < 2 or y1 - y0 < 2:
+        return patch
+    origin = np.array([x0, y0], np.float32)
+    band = np.zeros((y1 - y0, x1 - x0), np.uint8)
+    cv2.fillPoly(band, [np.round((lm[OUTER_LIPS] - origin) * _ONE).astype(np.int32)], 255, shift=_SHIFT)
+    inner = np.zeros_like(band)
+    cv2.fillPoly(inner, [np.round((lm[INNER_LIPS] - origin) * _ONE).astype(np.int32)], 255, shift=_SHIFT)
+    band = cv2.subtract(band, inner)
+    pasted = cv2.bitwise_and(band, cv2.compare(alpha[y0:y1, x0:x1], 127, cv2.CMP_GT))
+    if cv2.countNonZero(pasted) < _MIN_LIP_PIXELS:
+        return patch
+    mean_t = np.array(cv2.mean(target[y0:y1, x0:x1], mask=pasted)[:3])
+    mean_p = np.array(cv2.mean(patch[y0:y1, x0:x1], mask=pasted)[:3])
+    chroma = (_YCC @ (mean_t - mean_p))[1:]
+    shift = _YCC_INV @ np.r_[0.0, chroma]  # BGR change with the luma unchanged
+    if np.abs(shift).max() < 0.5:
+        return patch
+    full = band.astype(np.float32) * (1.0 / 255.0)
+    weight = cv2.max(cv2.GaussianBlur(full, (0, 0), sigma), full)  # whole on the lips, fading past them
+    weight[inner > 0] = 0.0
+    delta = cv2.merge([weight * float(v) for v in shift])
+    out = patch.copy()
+    out[y0:y1, x0:x1] = cv2.add(patch[y0:y1, x0:x1], delta, dtype=cv2.CV_8U)  # rounded, saturated
+    return out
 
 
 def _masked_lowpass(luma: npt.NDArray[np.float32], weight: npt.NDArray[np.float32],

@@ -23,6 +23,7 @@ from engines.blend import (
     face_size,
     face_turn,
     match_detail,
+    match_lips,
     match_shading,
     mouth_open_ratio,
     prepare_masks,
@@ -116,6 +117,10 @@ class ClassicalOptions:
     # never close. Off by default: dlib's identity reads the source's mouth, and on the
     # quality suite keeping the target's lips took a grey-source distance of 0.531 to 0.597.
     keep_lips: bool = False
+    # The lips take the target's colour (their mean chroma; the source's lip shape and shading
+    # stay), with `color_transfer`: matched to the target's skin as a whole, a grey or
+    # low-chroma source's lips came out skin-coloured on a face whose own are red.
+    lip_color: bool = True
 
     def __post_init__(self) -> None:
         if self.blend not in BLENDS:
@@ -534,8 +539,11 @@ class ClassicalSwapper:
             # Something in front of the face (found where the swap is pasted): it stays in
             # front, and the colour statistics leave it out.
             masks = cut_occlusion(masks, face.occlusion, (x0, y0), edge)
-        patch = transfer_color(result.patch, roi, masks.core) if cfg.color_transfer \
-            else result.patch
+        patch = result.patch
+        if cfg.color_transfer:
+            patch = transfer_color(patch, roi, masks.core)
+            if cfg.lip_color:
+                patch = match_lips(patch, roi, lm[:68], masks.alpha)
         # A face turned less than SHADING_FROM gets weight 0: match_shading leaves it as it is.
         shading = cfg.shading * max(face_turn(lm[:68]) - SHADING_FROM, 0.0) / (1.0 - SHADING_FROM)
         patch = match_shading(patch, roi, masks.core, SHADING_SCALE * size, shading)

@@ -16,11 +16,13 @@ import pytest
 from skimage import data
 
 from engines.blend import (
+    LIP_EDGE,
     detail,
     face_pixels,
     face_size,
     face_turn,
     match_detail,
+    match_lips,
     match_shading,
     mouth_open_ratio,
     prepare_masks,
@@ -430,6 +432,92 @@ def test_colour_transfer_moves_the_face_toward_the_target(astro, source, tint):
     assert after < 0.25 * before
     # The first tint saturates red: the transfer's own clipping leaves a few levels of bias.
     assert after < 4.5
+
+
+def lip_masks(points: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The lips' band (between the outer and the inner lip lines) and the mouth inside the
+    inner line, each shrunk by a pixel so that no rounding of the polygons' edges counts,
+    and the band grown by two pixels (to paint: it covers every pixel of the band)."""
+    outer = np.zeros(shape[:2], np.uint8)
+    cv2.fillPoly(outer, [np.round(points[48:60]).astype(np.int32)], 255)
+    inner = np.zeros(shape[:2], np.uint8)
+    cv2.fillPoly(inner, [np.round(points[INNER_LIPS]).astype(np.int32)], 255)
+    kernel = np.ones((3, 3), np.uint8)
+    band = cv2.erode(cv2.subtract(outer, cv2.dilate(inner, kernel)), kernel)
+    grown = cv2.subtract(cv2.dilate(outer, kernel, iterations=2), cv2.erode(inner, kernel, iterations=2))
+    return band > 0, cv2.erode(inner, kernel) > 0, grown > 0
+
+
+def chroma(pixels: np.ndarray) -> np.ndarray:
+    """Mean (Cr, Cb) of BGR pixels, (N, 3)."""
+    return cv2.cvtColor(pixels.reshape(-1, 1, 3), cv2.COLOR_BGR2YCrCb).reshape(-1, 3)[:, 1:].mean(axis=0)
+
+
+LIP_CHROMA = (165.0, 110.0)  # Cr, Cb: red lips
+
+
+def paint_lips(image: np.ndarray, band: np.ndarray) -> None:
+    """In place: `band` made red, its luma kept (a lip colour any light level can carry)."""
+    ycc = cv2.cvtColor(image, cv2.COLOR_BGR2YCrCb)
+    ycc[band, 1:] = LIP_CHROMA
+    image[band] = cv2.cvtColor(ycc, cv2.COLOR_YCrCb2BGR)[band]
+
+
+@pytest.mark.parametrize("occluded", [False, True])
+def test_lips_take_the_targets_colour_and_keep_their_shading(astro, occluded):
+    # A grey source's lips on a target with red lips: the band between the lip lines takes
+    # the target's lips' mean colour and keeps its own luma; the mouth inside the inner line
+    # and everything past the fade stay exactly as they were. An occluder over the target's
+    # lips (alpha 0 there, as a cut leaves it) does not count in the target's colour.
+    frame, points = move(astro, similarity(scale=1.3))
+    points = set_mouth(points, 14.0)
+    band, mouth, paint = lip_masks(points, frame.shape)
+    patch = cv2.cvtColor(cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY), cv2.COLOR_GRAY2BGR)
+    target = frame.copy()
+    paint_lips(target, paint)
+    alpha = np.full(frame.shape[:2], 255, np.uint8)
+    if occluded:
+        right = np.zeros_like(band)
+        right[:, int(points[51, 0]):] = True
+        target[paint & right] = (200, 120, 20)  # a blue cup over the lips' right half
+        alpha[right] = 0
+    out = match_lips(patch, target, points, alpha)
+    assert band.sum() > 150 and mouth.sum() > 100
+    assert np.abs(chroma(out[band]) - chroma(target[band & (alpha > 0)])).max() < 1.5
+    luma = cv2.cvtColor(out, cv2.COLOR_BGR2GRAY).astype(int) - cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY)
+    assert np.abs(luma[band]).max() <= 2
+    assert np.array_equal(out[mouth], patch[mouth])
+    reach = int(np.ceil(3 * LIP_EDGE * face_size(points))) + 2
+    lips = np.zeros(frame.shape[:2], np.uint8)
+    cv2.fillPoly(lips, [np.round(points[48:60]).astype(np.int32)], 255)
+    away = cv2.dilate(lips, np.ones((2 * reach + 1,) * 2, np.uint8)) == 0
+    assert np.array_equal(out[away], patch[away])
+
+
+def test_a_grey_sources_lips_come_out_the_targets_colour(astro):
+    # The whole swap, from a grey photo of the astronaut onto her in colour with red lips:
+    # with lip_color the lips come out red; without it, the colour of the skin around them.
+    # Elsewhere the two swaps are the same.
+    grey = cv2.cvtColor(cv2.cvtColor(astro.image, cv2.COLOR_BGR2GRAY), cv2.COLOR_GRAY2BGR)
+    frame, points = move(astro, similarity(scale=1.3))
+    band, _, paint = lip_masks(points, frame.shape)
+    paint_lips(frame, paint)
+    face = face_of(points)
+    outs = {}
+    for on in (False, True):
+        swapper = ClassicalSwapper(ClassicalOptions(lip_color=on))
+        grey_source = swapper.prepare_source(grey, astro.landmarks)
+        out = frame.copy()
+        swapper.paste(out, face, swapper.forward(frame, face, grey_source))
+        outs[on] = out
+    red = chroma(frame[band])
+    assert np.abs(chroma(outs[True][band]) - red).max() < 3.0
+    assert np.abs(chroma(outs[False][band]) - red).max() > 10.0  # the skin's red: 15 levels short
+    reach = int(np.ceil(3 * LIP_EDGE * face_size(points))) + 2
+    lips = np.zeros(frame.shape[:2], np.uint8)
+    cv2.fillPoly(lips, [np.round(points[48:60]).astype(np.int32)], 255)
+    away = cv2.dilate(lips, np.ones((2 * reach + 1,) * 2, np.uint8)) == 0
+    assert np.array_equal(outs[True][away], outs[False][away])
 
 
 @pytest.mark.parametrize("shade", [(60, 110, 170), (150, 120, 60)])

@@ -79,13 +79,15 @@ def main() -> None:
     print(f"cv2 {cv2.__version__}, threads {cv2.getNumThreads()}, face {args.size:.0f} px, "
           f"frame blurred {args.soft} px, turn {face_turn(target):.2f}")
     # detail 0: the source's own sharpness pasted; the default matches the frame's (one or two
-    # extra blurs of the patch). shading only acts on a turned face (--turned).
+    # extra blurs of the patch). shading only acts on a turned face (--turned). lips off: the
+    # lips keep the colour the transfer gives them (swap.lip_color=false).
     shading = ClassicalOptions().shading
-    rows = [("feather", 0.0, shading), ("feather", 1.0, shading), ("poisson", 1.0, shading)]
+    rows = [("feather", 0.0, shading, True), ("feather", 1.0, shading, False), ("feather", 1.0, shading, True),
+            ("poisson", 1.0, shading, True)]
     if args.turned:
-        rows.insert(1, ("feather", 1.0, 0.0))
-    for blend, detail, shade in rows:
-        swapper = ClassicalSwapper(ClassicalOptions(blend=blend, detail=detail, shading=shade))
+        rows.insert(1, ("feather", 1.0, 0.0, True))
+    for blend, detail, shade, lips in rows:
+        swapper = ClassicalSwapper(ClassicalOptions(blend=blend, detail=detail, shading=shade, lip_color=lips))
         swapper.open()
         source = swapper.prepare_source(image, points)
         fwd: list[float] = []
@@ -104,7 +106,8 @@ def main() -> None:
             x0, y0, x1, y1 = result.region
             work[y0:y1, x0:x1] = frame[y0:y1, x0:x1]  # same input every iteration
         region = result.region
-        print(f"{blend:8s} detail {detail:.0f} shading {shade:.1f} forward {stats(fwd)} | paste {stats(paste)} | "
+        print(f"{blend:8s} detail {detail:.0f} shading {shade:.1f} lips {'on ' if lips else 'off'} "
+              f"forward {stats(fwd)} | paste {stats(paste)} | "
               f"region {region[2] - region[0]}x{region[3] - region[1]}")
 
 
