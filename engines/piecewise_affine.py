@@ -39,8 +39,11 @@ _ONE = 1 << _SHIFT
 # along each axis as keep them within SQUEEZE_REACH (a power of two, at most
 # MAX_SQUEEZE_SAMPLES), and takes the mean of those inside the triangle. A triangle less than
 # MIN_SQUEEZED_HEIGHT px high is a crease, not a surface (a fold at a mouth's corner, closed
-# lips over a smiling source's teeth): averaged over its source it drew a dark line, so it
-# keeps its one sample a pixel.
+# lips over a smiling source's teeth, the cheek between the nose and the mouth of a face
+# turned away): averaged over its source it drew a dark line, and its one sample a pixel,
+# jumping across a source triangle tens of pixels wide, a dotted one. A crease that squeezes
+# its source is left out instead: its pixels take the mean of their neighbours on the
+# surfaces either side of it (`fill_creases`).
 SQUEEZE_FROM = 2.5
 SQUEEZE_REACH = 1.8
 MAX_SQUEEZE_SAMPLES = 8
@@ -199,12 +202,13 @@ def forward_warp(
 
 
 def squeezed_samples(coef: npt.NDArray[np.float64], dst: Points,
-                     triangles: Triangles) -> npt.NDArray[np.int32]:
-    """Per triangle (its map `coef` onto `dst`), the samples a pixel needs along x and y
-    (T, 2): 0, 0 where neighbouring pixels lie within SQUEEZE_FROM source pixels along both,
-    or where the triangle is a crease (less than MIN_SQUEEZED_HEIGHT px high); otherwise as
-    many as keep neighbouring samples within SQUEEZE_REACH, rounded up to a power of two, at
-    most MAX_SQUEEZE_SAMPLES."""
+                     triangles: Triangles) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.bool_]]:
+    """Per triangle (its map `coef` onto `dst`): the samples a pixel needs along x and y
+    (T, 2), and whether it is a crease that squeezes its source (T,). Samples: 0, 0 where
+    neighbouring pixels lie within SQUEEZE_FROM source pixels along both, or where the
+    triangle is a crease (less than MIN_SQUEEZED_HEIGHT px high); otherwise as many as keep
+    neighbouring samples within SQUEEZE_REACH, rounded up to a power of two, at most
+    MAX_SQUEEZE_SAMPLES."""
     reach = np.linalg.norm(coef[:, 0:2], axis=2)  # |d source / d x|, |d source / d y|
     need = 2 ** np.ceil(np.log2(np.maximum(reach / SQUEEZE_REACH, 1.0)) - 1e-6)
     need = np.minimum(need, MAX_SQUEEZE_SAMPLES).astype(np.int32)
@@ -213,8 +217,34 @@ def squeezed_samples(coef: npt.NDArray[np.float64], dst: Points,
     double_area = np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
     longest = np.linalg.norm(corners - np.roll(corners, 1, axis=1), axis=2).max(axis=1)
     crease = double_area < MIN_SQUEEZED_HEIGHT * np.maximum(longest, 1e-6)
-    need[~(reach > SQUEEZE_FROM).any(axis=1) | crease] = 0
-    return need
+    squeezing = (reach > SQUEEZE_FROM).any(axis=1)
+    need[~squeezing | crease] = 0
+    return need, crease & squeezing
+
+
+def fill_creases(patch: ImageBGR, labels: npt.NDArray[np.uint8], folds: npt.NDArray[np.bool_]) -> None:
+    """In place in `patch`: each pixel of a folded triangle (`folds`, per triangle; `labels`
+    each pixel's triangle id + 1) becomes the mean of its 3 x 3 neighbours that lie on other
+    triangles; one with none keeps its value. A crease is a line a pixel or two wide, so its
+    neighbours are the surfaces on either side of it."""
+    mine = np.zeros(256, bool)
+    mine[1 : len(folds) + 1] = folds
+    crease = mine[labels]
+    ys, xs = np.nonzero(crease)
+    if ys.size == 0:
+        return
+    h, w = labels.shape
+    y0, y1 = max(int(ys.min()) - 1, 0), min(int(ys.max()) + 2, h)
+    x0, x1 = max(int(xs.min()) - 1, 0), min(int(xs.max()) + 2, w)
+    box = (slice(y0, y1), slice(x0, x1))
+    weight = ((labels[box] > 0) & ~crease[box]).astype(np.float32)
+    sums = cv2.boxFilter(patch[box].astype(np.float32) * weight[..., None], -1, (3, 3), normalize=False,
+                         borderType=cv2.BORDER_CONSTANT)
+    counts = cv2.boxFilter(weight, -1, (3, 3), normalize=False, borderType=cv2.BORDER_CONSTANT)
+    cy, cx = ys - y0, xs - x0
+    seen = counts[cy, cx] > 0
+    means = sums[cy, cx] / np.maximum(counts[cy, cx], 1.0)[:, None]
+    patch[ys[seen], xs[seen]] = np.clip(means[seen] + 0.5, 0, 255).astype(np.uint8)
 
 
 def resample_squeezed(patch: ImageBGR, labels: npt.NDArray[np.uint8], mesh: SourceMesh,
@@ -222,23 +252,24 @@ def resample_squeezed(patch: ImageBGR, labels: npt.NDArray[np.uint8], mesh: Sour
     """In place in `patch` (the warp of `mesh` onto `dst`, one sample a pixel; `labels` each
     pixel's triangle id + 1, `coef` the triangles' maps): each pixel of a triangle that needs
     more samples (`squeezed_samples`) becomes the mean of those of its fx x fy samples, spread
-    over the pixel, that fall inside its triangle (a pixel none falls in keeps its value)."""
-    need = squeezed_samples(coef, dst, mesh.triangles)
+    over the pixel, that fall inside its triangle (a pixel none falls in keeps its value);
+    then the pixels of creases that squeeze their source take their neighbours' mean
+    (`fill_creases`)."""
+    need, folds = squeezed_samples(coef, dst, mesh.triangles)
     squeezed = need[:, 0] > 0
-    if not squeezed.any():
-        return
     mine = np.zeros(256, bool)
     mine[1 : len(squeezed) + 1] = squeezed
-    ys, xs = np.nonzero(mine[labels])
-    if ys.size == 0:
-        return
-    tri = labels[ys, xs].astype(np.intp) - 1
-    counts = need[tri]
-    # One pass: every pixel takes as many samples as the one that needs most, its own grid
-    # repeated (the counts are powers of two, so each of its samples is taken as often).
-    total = int((counts[:, 0] * counts[:, 1]).max())
-    means, seen = _pixel_means(mesh, coef, dst, tri, xs, ys, counts, total)
-    patch[ys[seen], xs[seen]] = means[seen]
+    ys, xs = np.nonzero(mine[labels]) if squeezed.any() else (np.zeros(0, np.intp),) * 2
+    if ys.size:
+        tri = labels[ys, xs].astype(np.intp) - 1
+        counts = need[tri]
+        # One pass: every pixel takes as many samples as the one that needs most, its own
+        # grid repeated (the counts are powers of two, so each of its samples is taken as often).
+        total = int((counts[:, 0] * counts[:, 1]).max())
+        means, seen = _pixel_means(mesh, coef, dst, tri, xs, ys, counts, total)
+        patch[ys[seen], xs[seen]] = means[seen]
+    if folds.any():
+        fill_creases(patch, labels, folds)
 
 
 def _sample_offsets() -> npt.NDArray[np.float32]:
