@@ -253,21 +253,29 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
 # least half a pixel) and the fewest lip pixels whose mean is trusted.
 LIP_EDGE = 0.02
 _MIN_LIP_PIXELS = 8
+_LIP_REDNESS_SLACK = 2.0  # Cr levels the lips may read under the skin and still count as lips
 
 
-def match_lips(patch: ImageBGR, target: ImageBGR, landmarks: Landmarks68, alpha: Mask) -> ImageBGR:
-    """`patch` with its lips' mean chroma (Cr, Cb) moved to the target's lips': the source's
-    lips keep their shape and their light and shade (luma), and take the target's colour.
+def match_lips(patch: ImageBGR, target: ImageBGR, landmarks: Landmarks68, alpha: Mask,
+               skin: Mask | None = None) -> ImageBGR:
+    """`patch` with its lips' chroma (Cr, Cb) moved by the difference of the median chroma of
+    the target's lips and its own: the source's lips keep their shape and their light and
+    shade (luma), and take the target's colour.
 
     The colour transfer matches the face as a whole to the target's skin and never widens
     its chroma spread, so lips keep only the colour the source gave them over its skin: a
     grey or low-chroma source's lips came out the colour of the skin around them, grey
     lips on a face whose own are red. The lips are the band between the outer (48-59) and
     the inner (60-67) lip lines, where the warp puts the source's lips; inside the inner
-    line (teeth, the mouth's interior) nothing changes. Both means leave out what the blend
-    does not paste (`alpha` under half: an occluder cut out, lips kept as the target's).
-    The shift fades out over LIP_EDGE of the face's size outside the lips. Returns a new
-    image; the patch itself when the lips have too few pixels or already match.
+    line (teeth, the mouth's interior) nothing changes. Both medians leave out what the blend
+    does not paste (`alpha` under half: an occluder cut out, lips kept as the target's), and
+    a median is not moved by something in front of less than half of the lips that was not
+    found (a bar across the mouth: its grey in a mean took the colour out of the lips).
+    Lips are never less red than the skin around them: where the target's read less red
+    (Cr) than its skin (`skin`, the colour statistics' mask), what covers them is not lips
+    and the patch is left as it is. The shift fades out over LIP_EDGE of the face's size
+    outside the lips. Returns a new image; the patch itself when the lips have too few
+    pixels or already match.
     """
     lm = np.asarray(landmarks, np.float32)[:68]
     h, w = patch.shape[:2]
@@ -288,10 +296,14 @@ def match_lips(patch: ImageBGR, target: ImageBGR, landmarks: Landmarks68, alpha:
     pasted = cv2.bitwise_and(band, cv2.compare(alpha[y0:y1, x0:x1], 127, cv2.CMP_GT))
     if cv2.countNonZero(pasted) < _MIN_LIP_PIXELS:
         return patch
-    mean_t = np.array(cv2.mean(target[y0:y1, x0:x1], mask=pasted)[:3])
-    mean_p = np.array(cv2.mean(patch[y0:y1, x0:x1], mask=pasted)[:3])
-    chroma = (_YCC @ (mean_t - mean_p))[1:]
-    shift = _YCC_INV @ np.r_[0.0, chroma]  # BGR change with the luma unchanged
+    on = pasted > 0
+    chroma_t = np.median(cv2.cvtColor(target[y0:y1, x0:x1], cv2.COLOR_BGR2YCrCb)[on][:, 1:], axis=0)
+    if skin is not None and cv2.countNonZero(skin) >= _MIN_STAT_PIXELS:
+        skin_cr = (_YCC[1] @ np.array(cv2.mean(target, mask=skin)[:3])) + _YCC_OFFSET[1]
+        if chroma_t[0] < skin_cr - _LIP_REDNESS_SLACK:
+            return patch
+    chroma_p = np.median(cv2.cvtColor(patch[y0:y1, x0:x1], cv2.COLOR_BGR2YCrCb)[on][:, 1:], axis=0)
+    shift = _YCC_INV @ np.r_[0.0, chroma_t - chroma_p]  # BGR change with the luma unchanged
     if np.abs(shift).max() < 0.5:
         return patch
     full = band.astype(np.float32) * (1.0 / 255.0)

@@ -543,7 +543,7 @@ class ClassicalSwapper:
         if cfg.color_transfer:
             patch = transfer_color(patch, roi, masks.core)
             if cfg.lip_color:
-                patch = match_lips(patch, roi, lm[:68], masks.alpha)
+                patch = match_lips(patch, roi, lm[:68], masks.alpha, masks.core)
         # A face turned less than SHADING_FROM gets weight 0: match_shading leaves it as it is.
         shading = cfg.shading * max(face_turn(lm[:68]) - SHADING_FROM, 0.0) / (1.0 - SHADING_FROM)
         patch = match_shading(patch, roi, masks.core, SHADING_SCALE * size, shading)

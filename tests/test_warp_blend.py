@@ -494,6 +494,21 @@ def test_lips_take_the_targets_colour_and_keep_their_shading(astro, occluded):
     assert np.array_equal(out[away], patch[away])
 
 
+def test_lips_covered_by_something_less_red_than_the_skin_are_left_alone(astro):
+    # A dark grey bar across the mouth that the occluder search missed: its grey is no lip
+    # colour (lips are never less red than the skin around them), so the source's lips
+    # stay as they are rather than turning grey.
+    frame, points = move(astro, similarity(scale=1.3))
+    _, _, paint = lip_masks(points, frame.shape)
+    target = frame.copy()
+    target[paint] = (40, 40, 46)
+    skin = hull_mask(points, frame.shape[:2], grow=-6)
+    skin[cv2.dilate(paint.astype(np.uint8), np.ones((9, 9), np.uint8)) > 0] = 0
+    alpha = np.full(frame.shape[:2], 255, np.uint8)
+    assert match_lips(frame, target, points, alpha, skin) is frame
+    assert not np.array_equal(match_lips(frame, target, points, alpha), frame)  # without the check
+
+
 def test_a_grey_sources_lips_come_out_the_targets_colour(astro):
     # The whole swap, from a grey photo of the astronaut onto her in colour with red lips:
     # with lip_color the lips come out red; without it, the colour of the skin around them.
