@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from stream.config import ConfigError, EncodeConfig, load_config
-from stream.media.face_roi import LARGE_FACE, SMALL_FACE, face_offset, face_regions, uses_regions
+from stream.media.face_roi import LARGE_FACE, QP_SCALE, SMALL_FACE, face_offset, face_regions, uses_regions
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Pasted, Slot
 from stream.sinks.file import FileSink
@@ -125,7 +125,9 @@ def test_only_frames_with_small_faces_pasted_carry_regions(tmp_path):
     given = _regions_given(tmp_path, [Pasted((FACE,)), Pasted(()), None, Pasted((large,)),
                                       Pasted((FACE, large))])
     [(top, bottom, left, right, q)] = given[0]
-    assert top < 60 and bottom > 116 and left < 40 and right > 88 and q == pytest.approx(-0.1)
+    # A face this small gets the whole default offset, as the region's qoffset (-1..1).
+    assert top < 60 and bottom > 116 and left < 40 and right > 88
+    assert q == pytest.approx(-EncodeConfig().face_qp / QP_SCALE)
     assert [len(g) for g in given[1:]] == [0, 0, 0, 1]
     assert np.array_equal(given[4], given[0])
     # ultrafast has no adaptive quantiser to apply them: none are made
