@@ -222,14 +222,19 @@ def squeezed_samples(coef: npt.NDArray[np.float64], dst: Points,
     return need, crease & squeezing
 
 
+def _pixels_of(labels: npt.NDArray[np.uint8], flags: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Where `labels` (each pixel's triangle id + 1) names a triangle whose flag is set."""
+    mine = np.zeros(256, bool)
+    mine[1 : len(flags) + 1] = flags
+    return mine[labels]
+
+
 def fill_creases(patch: ImageBGR, labels: npt.NDArray[np.uint8], folds: npt.NDArray[np.bool_]) -> None:
     """In place in `patch`: each pixel of a folded triangle (`folds`, per triangle; `labels`
     each pixel's triangle id + 1) becomes the mean of its 3 x 3 neighbours that lie on other
     triangles; one with none keeps its value. A crease is a line a pixel or two wide, so its
     neighbours are the surfaces on either side of it."""
-    mine = np.zeros(256, bool)
-    mine[1 : len(folds) + 1] = folds
-    crease = mine[labels]
+    crease = _pixels_of(labels, folds)
     ys, xs = np.nonzero(crease)
     if ys.size == 0:
         return
@@ -257,10 +262,8 @@ def resample_squeezed(patch: ImageBGR, labels: npt.NDArray[np.uint8], mesh: Sour
     (`fill_creases`)."""
     need, folds = squeezed_samples(coef, dst, mesh.triangles)
     squeezed = need[:, 0] > 0
-    mine = np.zeros(256, bool)
-    mine[1 : len(squeezed) + 1] = squeezed
-    ys, xs = np.nonzero(mine[labels]) if squeezed.any() else (np.zeros(0, np.intp),) * 2
-    if ys.size:
+    ys, xs = np.nonzero(_pixels_of(labels, squeezed)) if squeezed.any() else ((), ())
+    if len(ys):
         tri = labels[ys, xs].astype(np.intp) - 1
         counts = need[tri]
         # One pass: every pixel takes as many samples as the one that needs most, its own
