@@ -448,6 +448,14 @@ def lip_masks(points: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, n
     return band > 0, cv2.erode(inner, kernel) > 0, grown > 0
 
 
+def away_from_lips(points: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Pixels past the reach of the lips' colour fade (3 sigma of LIP_EDGE, and 2 px more)."""
+    reach = int(np.ceil(3 * LIP_EDGE * face_size(points))) + 2
+    lips = np.zeros(shape[:2], np.uint8)
+    cv2.fillPoly(lips, [np.round(points[48:60]).astype(np.int32)], 255)
+    return cv2.dilate(lips, np.ones((2 * reach + 1,) * 2, np.uint8)) == 0
+
+
 def chroma(pixels: np.ndarray) -> np.ndarray:
     """Mean (Cr, Cb) of BGR pixels, (N, 3)."""
     return cv2.cvtColor(pixels.reshape(-1, 1, 3), cv2.COLOR_BGR2YCrCb).reshape(-1, 3)[:, 1:].mean(axis=0)
@@ -487,10 +495,7 @@ def test_lips_take_the_targets_colour_and_keep_their_shading(astro, occluded):
     luma = cv2.cvtColor(out, cv2.COLOR_BGR2GRAY).astype(int) - cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY)
     assert np.abs(luma[band]).max() <= 2
     assert np.array_equal(out[mouth], patch[mouth])
-    reach = int(np.ceil(3 * LIP_EDGE * face_size(points))) + 2
-    lips = np.zeros(frame.shape[:2], np.uint8)
-    cv2.fillPoly(lips, [np.round(points[48:60]).astype(np.int32)], 255)
-    away = cv2.dilate(lips, np.ones((2 * reach + 1,) * 2, np.uint8)) == 0
+    away = away_from_lips(points, frame.shape)
     assert np.array_equal(out[away], patch[away])
 
 
@@ -528,10 +533,7 @@ def test_a_grey_sources_lips_come_out_the_targets_colour(astro):
     red = chroma(frame[band])
     assert np.abs(chroma(outs[True][band]) - red).max() < 3.0
     assert np.abs(chroma(outs[False][band]) - red).max() > 10.0  # the skin's red: 15 levels short
-    reach = int(np.ceil(3 * LIP_EDGE * face_size(points))) + 2
-    lips = np.zeros(frame.shape[:2], np.uint8)
-    cv2.fillPoly(lips, [np.round(points[48:60]).astype(np.int32)], 255)
-    away = cv2.dilate(lips, np.ones((2 * reach + 1,) * 2, np.uint8)) == 0
+    away = away_from_lips(points, frame.shape)
     assert np.array_equal(outs[True][away], outs[False][away])
 
 
@@ -835,7 +837,7 @@ def test_a_crease_is_drawn_from_the_surfaces_beside_it(monkeypatch):
     mesh = prepare_mesh(image, corners, np.array([[0, 2, 3], [0, 1, 2]], np.int32))
     dst = corners.copy()
     dst[1] = (32.1, 31.9)  # the second triangle (drawn last) folded onto the diagonal: 0.1 px high
-    one, valid = forward_warp(mesh, dst, (64, 64))
+    one, _ = forward_warp(mesh, dst, (64, 64))
     labels = np.zeros((64, 64), np.uint8)
     for tid, tri in enumerate(mesh.triangles, 1):
         cv2.fillConvexPoly(labels, np.round(dst[tri] * 16).astype(np.int32), tid, cv2.LINE_8, 4)
