@@ -117,8 +117,8 @@ class ClassicalOptions:
     # never close. Off by default: dlib's identity reads the source's mouth, and on the
     # quality suite keeping the target's lips took a grey-source distance of 0.531 to 0.597.
     keep_lips: bool = False
-    # The lips take the target's colour (their mean chroma; the source's lip shape and shading
-    # stay), with `color_transfer`: matched to the target's skin as a whole, a grey or
+    # The lips take the target's colour (their median chroma; the source's lip shape and
+    # shading stay), with `color_transfer`: matched to the target's skin as a whole, a grey or
     # low-chroma source's lips came out skin-coloured on a face whose own are red.
     lip_color: bool = True
 
