@@ -250,7 +250,7 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
 
 
 # The lips' colour: their soft edge (a Gaussian's sigma, as a share of the face's size, at
-# least half a pixel) and the fewest lip pixels whose mean is trusted.
+# least half a pixel) and the fewest lip pixels whose median is trusted.
 LIP_EDGE = 0.02
 _MIN_LIP_PIXELS = 8
 _LIP_REDNESS_SLACK = 2.0  # Cr levels the lips may read under the skin and still count as lips
