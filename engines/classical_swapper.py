@@ -99,7 +99,7 @@ class ClassicalOptions:
     # (the source's landmarks fitted onto the target's by a similarity: pose kept), 0: the
     # target's landmarks exactly. The jaw line, the mouth and the eyelids stay the target's, so
     # expression and blinks are kept; at 0.3 dlib's landmarks on the result move by about 0.01
-    # of the inter-ocular distance and the identity distance drops by about 0.03.
+    # of the distance between the eyes' centres and the identity distance drops by about 0.03.
     shape: float = 0.3
     # How much of the target's own light and shade (its luma blurred over SHADING_SCALE of the
     # face's size) the swap takes, on a face turned fully sideways; from engines.blend.face_turn

@@ -246,11 +246,13 @@ def test_jitter_motion_is_found_from_the_input() -> None:
 
 
 def test_landmark_shift_is_in_interocular_units() -> None:
+    # 300-W's inter-ocular distance: the eyes' outer corners, not their centres.
     lm = np.zeros((68, 2), np.float32)
     lm[36:42] = (100, 100)
-    lm[42:48] = (140, 100)  # eyes 40 px apart
+    lm[42:48] = (140, 100)  # eye centres 40 px apart
+    lm[36], lm[45] = (88, 100), (152, 100)  # outer corners 64 px apart
     assert metrics.landmark_shift(lm, lm) == 0.0
-    assert metrics.landmark_shift(lm, lm + np.float32([6, 8])) == pytest.approx(10 / 40)
+    assert metrics.landmark_shift(lm, lm + np.float32([6, 8])) == pytest.approx(10 / 64)
 
 
 def _paste(base: np.ndarray, face: np.ndarray, box: tuple[int, int, int, int], feather: int) -> np.ndarray:

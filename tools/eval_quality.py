@@ -17,11 +17,12 @@ Columns: before/after (mean distance of dlib's 128-d embedding to the source pho
 0.6 is the same person), closer (share of face samples swapped and whose distance went down
 by more than 0.02), <0.6 (share under 0.6 after), swapped (share of face samples changed at
 all), shift (mean distance of the output face's 68 landmarks from the input face's, in
-inter-ocular units), noise (how far the input's own landmarks move, in the same units, when the
-face's box moves by 5% of its size, the mean of six such moves: dlib's points depend on the box
-they are given, and facestream's detector boxes differ from the ground truth's by up to 17%; a
-face with a high noise has landmarks the shift cannot pin down), flicker (frame-to-frame change
-inside the face boxes, output / input),
+inter-ocular distances: between the eyes' outer corners, as 300-W measures landmark error),
+noise (how far the input's own landmarks move, in the same units, when the face's box moves
+by 5% of its size, the mean of six such moves: dlib's points depend on the box they are
+given, and facestream's detector boxes differ from the ground truth's by up to 17%; a face with
+a high noise has landmarks the shift cannot pin down), flicker (frame-to-frame change inside
+the face boxes, output / input),
 jitter (the same after moving each frame's predecessor by the motion the input shows in the
 face box, so only change that motion does not explain is left: output / input),
 seam (gradient along the swapped region's border, output / input at the same pixels),

@@ -95,12 +95,13 @@ MAX_DOUBTED = 2
 # loses it, but counts as followed (no scene cut), so a detection is not forced.
 COVERED_SHARE = 0.8
 LOST_SHARE = 0.6
-# Mean distance, in inter-ocular units, between dlib's points on a detection's box and the
-# face's last points moved as the optical flow moved its picture, beyond which the box is
-# taken for a jump of the box, not of the face. On the quality clips a detection moves a
-# frontal face's points by 0.01-0.05 and a 40 px face's by up to about 0.1; with `quality`
-# (detection every 5 frames, the frame scanned 2x) the jumps that painted the occluder
-# clip's face too wide (the cup in front of it) and the rolling face askew were 0.14-0.29.
+# Mean distance, in units of the distance between the eyes' centres, between dlib's points on
+# a detection's box and the face's last points moved as the optical flow moved its picture,
+# beyond which the box is taken for a jump of the box, not of the face. On the quality clips a
+# detection moves a frontal face's points by 0.01-0.05 and a 40 px face's by up to about 0.1;
+# with `quality` (detection every 5 frames, the frame scanned 2x) the jumps that painted the
+# occluder clip's face too wide (the cup in front of it) and the rolling face askew were
+# 0.14-0.29.
 BOX_JUMP = 0.12
 KEEP_IOU = 0.5  # the face's own box must overlap the detection's this much to be kept instead
 # A face turned further (engines.blend.face_turn: 0 frontal, near 1 with the far cheek hidden)
