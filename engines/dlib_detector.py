@@ -13,10 +13,11 @@ WINDOW = 80  # px: the smallest face HOG's frontal filters find, at the scale th
 # at the scale it scanned, so a 42 px face found in a 1.6x upscaled frame gets a 46 or a 55 px
 # box, its centre up to 0.15 of its width off. The 68-point predictor, given that box, puts a
 # turned face's points up to 0.17 of the distance between the eyes' centres from where it
-# puts them on the face's own box. The face is scanned again in a crop around the box, the face scaled to
-# REFINE_SIZE x each of REFINE_SCALES (between the pyramid's steps), and the boxes found are
-# averaged (quality suite, points on the detector's box against the still's: small faces
-# 0.054 -> 0.028, overlapping 0.028 -> 0.021 of the eye centres' distance; about 6 ms a face).
+# puts them on the face's own box. The face is scanned again in a crop around the box, the
+# face scaled to REFINE_SIZE x each of REFINE_SCALES (between the pyramid's steps), and the
+# boxes found are averaged (quality suite, points on the detector's box against the still's:
+# small faces 0.054 -> 0.028, overlapping 0.028 -> 0.021 of the eye centres' distance; about
+# 6 ms a face).
 REFINE_SIZE = 90.0  # px: the face's width in the crop scanned
 REFINE_SCALES = (1.0, 1.1, 1.2)
 REFINE_PAD = 0.3  # the crop's margin around the box, as a fraction of its size

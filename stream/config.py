@@ -64,8 +64,8 @@ class TrackConfig:
     max_held: int = 5
     min_cutoff: float = 1.5  # smoother one-euro: cut-off frequency (Hz) at rest; lower = smoother
     # One-Euro: how fast the cut-off rises with speed; higher = less lag. At 0.02 a face turning
-    # or panning was drawn where it had been (dlib landmark shift 0.07-0.10 of the distance between
-    # the eyes' centres on the quality clips); at 0.3 about 0.04, with the same flicker.
+    # or panning was drawn where it had been (dlib landmark shift 0.07-0.10 of the distance
+    # between the eyes' centres on the quality clips); at 0.3 about 0.04, with the same flicker.
     beta: float = 0.3
     recheck_every: int = 300  # frames between identity re-checks (reference/mapping modes)
     smoothing: bool = True  # landmark smoothing; false: each frame's own landmarks

@@ -19,8 +19,8 @@ def _centre(box: Box) -> np.ndarray:
 
 def _errors(scene, refine: bool) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
     """Mean size error (log ratio), centre error (x the truth's width) and the 68 points'
-    distance from those on the truth's box (x the distance between the eyes' centres), over the scene's
-    faces in a few frames. The truth's boxes are HOG's on the still pictures, moved with them."""
+    distance from those on the truth's box (x the distance between the eyes' centres), over
+    the scene's faces in a few frames. The truth's boxes are HOG's on the still pictures, moved with them."""
     cfg = Config().detect
     detector = DlibHogDetector(cfg.max_side, cfg.upsample, max_upscale=cfg.max_upscale, refine=refine)
     landmarker = DlibLandmarker()
