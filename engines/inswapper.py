@@ -5,7 +5,10 @@ arcface_128, RGB in [0,1]; latent = normalised embedding @ emap, normalised agai
 scaled by 255, clipped and truncated to uint8). The paste-back builds the same soft mask as
 insightface's (threshold, erode and blur in proportion to the face's size) but only on the
 face's bounding region: the region is the warped crop's footprint plus the blur's reach, so
-every pixel insightface's full-frame version changes lies inside it.
+every pixel insightface's full-frame version changes lies inside it. There it is within
+`region_warp.BOUND` grey levels of insightface's paste on any CPU (exact where this CPU's
+OpenCV allows). With `full_frame_paste` (the reference mode) the paste-back runs as
+insightface runs it, over the whole frame: exact on every CPU, at a full-frame cost per face.
 """
 from __future__ import annotations
 
@@ -67,12 +70,16 @@ class InSwapper:
 
     name = "inswapper"
 
-    def __init__(self, runtime: InferenceRuntime, recrop_after_paste: bool = False) -> None:
+    def __init__(self, runtime: InferenceRuntime, recrop_after_paste: bool = False,
+                 full_frame_paste: bool = False) -> None:
         self.path = runtime.path
         self.runtime = runtime
         # insightface's loop crops each face from the frame the faces before it left: a face
         # whose crop an earlier paste changed is swapped again from there (one more call).
         self.recrop_after_paste = recrop_after_paste
+        # Warp, erode and blur over the whole frame, as insightface does: the same OpenCV
+        # calls on the same arrays, so the same pixels whatever the CPU dispatches to.
+        self.full_frame_paste = full_frame_paste
         self.emap: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
         self.batch: int | None = 1  # None when the export takes any batch size
         self._dtypes: dict[str, type[np.floating]] = {TARGET: np.float32, SOURCE: np.float32, OUTPUT: np.float32}
@@ -288,7 +295,9 @@ class InSwapper:
         them one after another. Every face's swap comes from the batched call, made on crops
         of the unmodified frame; with `recrop_after_paste`, a face whose crop an earlier paste
         changed is swapped again from the frame as it then stands (one more model call for
-        that face), so the frame equals insightface's loop exactly.
+        that face), so the frame equals insightface's loop exactly. With `full_frame_paste`
+        every face after the first is blended onto the running frame, met or not: no pixel
+        of the result then rests on the region bound.
         """
         crops = self.decode_output(pred[:batch.count])
         results: list[SwapResult | None] = []
@@ -296,7 +305,8 @@ class InSwapper:
         for k, (crop, M) in enumerate(zip(crops, batch.affines)):
             region = self.prepare_region(frame_bgr.shape, M)
             earlier = [r for r in results if r is not None]
-            if running is None and region is not None and any(_meets(region, r.region) for r in earlier):
+            meets = self.full_frame_paste or (region is not None and any(_meets(region, r.region) for r in earlier))
+            if running is None and earlier and meets:
                 running = frame_bgr.copy()
                 for r in earlier:
                     r.paste_into(running)
@@ -357,6 +367,8 @@ class InSwapper:
         Returns the region, the blended region (`patch`) and `valid` (255 where the blend
         weight is non-zero, the only pixels where `patch` may differ from the frame).
         """
+        if self.full_frame_paste:
+            return self._blend_full_frame(frame_bgr, crop_bgr, M)
         region = self.prepare_region(frame_bgr.shape, M)
         if region is None:
             return None
@@ -374,6 +386,30 @@ class InSwapper:
         patch = (alpha * fake + (1 - alpha) * roi.astype(np.float32)).astype(np.uint8)
         valid = np.where(mask > 0, np.uint8(255), np.uint8(0))
         return SwapResult(region=region, patch=patch, valid=valid)
+
+    @staticmethod
+    def _blend_full_frame(frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine) -> SwapResult | None:
+        """insightface's paste-back as its `INSwapper.get` runs it: the crop and a white square
+        warped into the whole frame, the mask thresholded, eroded and blurred there, then
+        blended. The result is cut to the pixels the mask weighs (its bounding box): the
+        blend leaves every other pixel exactly as it was."""
+        h, w = frame_bgr.shape[:2]
+        IM = cv2.invertAffineTransform(M)
+        fake = cv2.warpAffine(crop_bgr, IM, (w, h), borderValue=0.0)
+        mask = prepare_paste_mask(cv2.warpAffine(_white(CROP_SIZE), IM, (w, h), borderValue=0.0))
+        if mask is None:
+            return None
+        weighed = mask > 0
+        rows, cols = np.flatnonzero(weighed.any(axis=1)), np.flatnonzero(weighed.any(axis=0))
+        if rows.size == 0:
+            return None
+        x0, y0, x1, y1 = int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1
+        alpha = mask[y0:y1, x0:x1, None]
+        # Elementwise, so computing it on the box gives the full frame's values there.
+        patch = (alpha * fake[y0:y1, x0:x1] + (1 - alpha) * frame_bgr[y0:y1, x0:x1].astype(np.float32)
+                 ).astype(np.uint8)
+        valid = np.where(weighed[y0:y1, x0:x1], np.uint8(255), np.uint8(0))
+        return SwapResult(region=(x0, y0, x1, y1), patch=patch, valid=valid)
 
     def paste(self, frame: ImageBGR, face: Face | None, result: SwapResult) -> None:
         """Write `result` into `frame` in place, inside `result.region` only (where valid)."""

@@ -120,7 +120,8 @@ def _build_neural(detect: Any, swap: ClassicalOptions, models: Any, runtime: Run
         landmarker=landmarker,
         embedder=embedder,
         swapper=InSwapperSwapper(InSwapper(runtime(paths["swapper"]),
-                                           recrop_after_paste=getattr(models, "recrop_after_paste", False)),
+                                           recrop_after_paste=getattr(models, "recrop_after_paste", False),
+                                           full_frame_paste=getattr(models, "full_frame_paste", False)),
                                  embedder),
         photo_detector=_photo_detector(),
         note=(f"engine: neural ({paths['detector'].name}, {paths['embedder'].name}, "

@@ -186,12 +186,18 @@ class ModelsConfig:
     # loop, exact; a face whose crop an earlier paste changed costs one more swapper call);
     # false: every crop from the unmodified frame, one batched call per frame.
     recrop_after_paste: bool = False
+    # Paste-back as insightface runs it: warp, erode and blur over the whole frame (exact against
+    # its loop on every CPU, a full-frame pass per face); false: on the face's region only (within
+    # 2 grey levels of that, exact where this CPU's OpenCV allows: engines/region_warp.py).
+    full_frame_paste: bool = False
 
     def __post_init__(self) -> None:
         _check(self.detect_size >= 32 and self.detect_size % 32 == 0,
                f"models.detect_size must be a positive multiple of 32, got {self.detect_size}")
         _check(isinstance(self.recrop_after_paste, bool),
                f"models.recrop_after_paste must be true or false, got {self.recrop_after_paste!r}")
+        _check(isinstance(self.full_frame_paste, bool),
+               f"models.full_frame_paste must be true or false, got {self.full_frame_paste!r}")
 
 
 @dataclass

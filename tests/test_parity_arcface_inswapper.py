@@ -20,7 +20,7 @@ from engines.errors import EngineError
 from engines.face_align import TEMPLATES, estimate_norm, kps5_from_landmarks68, warp_crop
 from engines.inswapper import InSwapper
 from engines.ort_runtime import OrtRuntime
-from engines.region_warp import exact_scheme
+from engines.region_warp import BOUND
 from stream.media.demo_clips import astronaut, group_picture
 from tests.fixtures import make_arcface, make_inswapper
 
@@ -190,10 +190,12 @@ def source_embedding(scenes: list[Scene], model_dir: Path) -> np.ndarray:
     return emb.forward(scenes[0].image, scenes[0].kps[0])
 
 
+@pytest.mark.parametrize("full_frame", [False, True])
 @pytest.mark.parametrize("model", ["inswapper.onnx", "inswapper_fp16.onnx", "inswapper_dyn.onnx"])
-def test_inswapper_parity(scenes: list[Scene], model_dir: Path, source_embedding: np.ndarray, model: str) -> None:
+def test_inswapper_parity(scenes: list[Scene], model_dir: Path, source_embedding: np.ndarray, model: str,
+                          full_frame: bool) -> None:
     theirs = _insightface_model(model_dir / model)
-    ours = InSwapper(OrtRuntime(model_dir / model))
+    ours = InSwapper(OrtRuntime(model_dir / model), full_frame_paste=full_frame)
     ours.open()
     np.testing.assert_array_equal(ours.emap, theirs.emap.astype(np.float32))
     source = _face(embedding=source_embedding)
@@ -226,11 +228,10 @@ def test_inswapper_parity(scenes: list[Scene], model_dir: Path, source_embedding
             diff = np.abs(frame.astype(np.int16) - ref_frame.astype(np.int16))
             worst_paste = max(worst_paste, int(diff.max()))
             region_values += diff[inside].size
-            # The bound: within 1 grey level inside the face region.
-            assert diff.max() <= 1, f"{scene.name}: paste differs by {diff.max()} at {np.argwhere(diff > 1)[:3]}"
-            if exact_scheme() is not None:
-                # The region warp reproduces this OpenCV's full-frame warp: bit-exact.
+            if full_frame:  # the reference mode's paste: insightface's own calls, exact on any CPU
                 np.testing.assert_array_equal(frame, ref_frame)
+            # Either way within the region warp's bound: the region paste's promise on any CPU.
+            assert diff.max() <= BOUND, f"{scene.name}: paste off by {diff.max()} at {np.argwhere(diff > BOUND)[:3]}"
             # The region is the face's, not the frame's, unless the face fills it.
             h, w = frame.shape[:2]
             assert (x1 - x0) * (y1 - y0) < 0.5 * h * w or scene.name == "edge"

@@ -5,7 +5,9 @@
 
 with the source's embedding from `ArcFaceONNX.get` on SCRFD's largest face of the source
 photo. Bit-exact on a still (serial and staged), and on every frame of a video before it is
-encoded. The still has overlapping faces and faces less than half inside the frame (which
+encoded, on every CPU: the paste-back runs over the whole frame as insightface's does
+(tests/test_cpu_dispatch.py runs this file under each OpenCV dispatch level this CPU can
+select). The still has overlapping faces and faces less than half inside the frame (which
 insightface swaps too). The models are the seeded stand-ins of tools/synth.
 """
 from __future__ import annotations
@@ -16,7 +18,6 @@ import cv2
 import numpy as np
 import pytest
 
-from engines.region_warp import exact_scheme
 from stream.config import load_config
 from stream.job.runs import run_image, run_video
 from stream.job.swap_job import SwapJob
@@ -25,8 +26,7 @@ from stream.runtime.slot import Slot
 from stream.sources.file import FileSource
 from tests.fixtures import build_scrfd_model, make_arcface, make_clip, make_inswapper
 
-pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"),  # insightface 2.1 on skimage 0.26
-              pytest.mark.skipif(exact_scheme() is None, reason="this OpenCV's warp is not reproduced exactly")]
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # insightface 2.1 on skimage 0.26
 
 CPU = ["CPUExecutionProvider"]
 W, H = 480, 360
@@ -131,6 +131,21 @@ def test_still_is_bit_exact(models: Path, reference: Reference, tmp_path: Path, 
     want = reference.swap(picture)
     assert np.any(want != picture)
     np.testing.assert_array_equal(got, want)
+
+
+def test_the_paste_does_not_rest_on_the_region_warp(models: Path, reference: Reference, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact by construction, not by this CPU's luck: the reference mode never calls the
+    region warp (whose exactness depends on the CPU), so breaking it changes nothing."""
+    import engines.inswapper
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the reference mode used the region warp")
+
+    monkeypatch.setattr(engines.inswapper, "warp_affine_region", broken)
+    cv2.imwrite(str(tmp_path / "in.png"), still())
+    run_image(_job(models), str(tmp_path / "in.png"), str(tmp_path / "out.png"))
+    np.testing.assert_array_equal(cv2.imread(str(tmp_path / "out.png")), reference.swap(still()))
 
 
 def _decoded(path: Path) -> list[np.ndarray]:
