@@ -22,6 +22,30 @@ def test_doctor_on_a_cpu_machine_says_there_is_no_gpu_and_how_to_get_one(capsys:
     assert "facestream runs here" in out  # nothing required is missing on the test machine
 
 
+@pytest.mark.parametrize("scheme, exact, diff, expected", [
+    ("float32, fused column term", True, 0.0, ["ok opencv dispatch        SSE *AVX2; ",
+                                                "region warp: float32, fused column term, equals the full warp"]),
+    ("shifted translation", False, 1.0, ["ok opencv dispatch", "region warp: shifted translation, within 1 grey "
+                                                               "levels of the full warp"]),
+    ("shifted translation", False, 3.0, ["-- opencv dispatch",
+                                         "fix: report this line: the region warp exceeds its bound (2)"]),
+])
+def test_doctor_says_what_opencv_dispatches_to_and_the_region_warps_choice(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, scheme: str, exact: bool, diff: float,
+        expected: list[str]) -> None:
+    import cv2
+
+    from engines import region_warp
+
+    monkeypatch.setattr("stream.job.vram_plan.device_memory", lambda device_id=0: None)
+    monkeypatch.setattr(region_warp, "current", lambda: region_warp.WarpChoice(scheme, exact, diff, "SSE *AVX2"))
+    assert doctor.run_doctor(load_config()) == 0
+    out = capsys.readouterr().out
+    for line in expected:
+        assert line in out
+    assert (cv2.ipp.getIppVersion() if cv2.ipp.useIPP() else "IPP off") in out
+
+
 def test_doctor_with_a_gpu_prints_the_plan(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     card = DeviceMemory("Fake GPU 8 GB", 8 * GiB, 7 * GiB)
     monkeypatch.setattr("stream.job.vram_plan.device_memory", lambda device_id=0: card)

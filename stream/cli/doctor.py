@@ -59,7 +59,24 @@ def check_packages() -> list[Finding]:
         version = _version(module)
         found.append(Finding("python", module, f"{version} ({purpose})" if version else f"not installed ({purpose})",
                              version is not None, f"pip install {pip_name}", required))
+    if _version("cv2") is not None:
+        found.append(_opencv_dispatch())
     return found
+
+
+def _opencv_dispatch() -> Finding:
+    """What OpenCV dispatches to on this CPU, and how the neural paste-back's region warp
+    compares with the full-frame warp here (part of a bug report about differing pixels)."""
+    import cv2
+
+    from engines.region_warp import BOUND, current
+
+    choice = current()
+    ipp = cv2.ipp.getIppVersion() if cv2.ipp.useIPP() else "IPP off"
+    how = "equals" if choice.exact else f"within {choice.max_diff:g} grey levels of"
+    return Finding("python", "opencv dispatch",
+                   f"{choice.cpu}; {ipp}; region warp: {choice.scheme}, {how} the full warp",
+                   choice.max_diff <= BOUND, f"report this line: the region warp exceeds its bound ({BOUND})")
 
 
 def check_gpu(config: Config) -> tuple[list[Finding], object | None]:
