@@ -4,6 +4,7 @@ the servers up, a server gone retried and reported once, batching across process
 `--runtime triton --triton-url` from the command line."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import subprocess
@@ -362,13 +363,28 @@ def _worker(clip: Path, photo: Path, out: Path, models: Path, url: str) -> subpr
                             cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+@contextlib.contextmanager
+def _ended(*workers: subprocess.Popen[str]) -> Iterator[None]:
+    """The workers are ended when the block is left, however it is left: one left running
+    after a failed assertion would keep sending requests to the module's server, and the
+    next test, which reads the server's own counts, would take them for its own run's."""
+    try:
+        yield
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.communicate()
+
+
 def test_two_workers_share_one_server_and_their_requests_are_batched_together(
         server: TritonServer, models_dir: Path, long_clip: Path, source_photo: Path, tmp_path: Path) -> None:
     before = server.statistics("inswapper_128")
     workers = [_worker(long_clip, source_photo, tmp_path / f"w{i}.mp4", models_dir, server.grpc_url) for i in range(2)]
-    for w in workers:
-        _, err = w.communicate(timeout=240)
-        assert w.returncode == 0, err
+    with _ended(*workers):
+        for w in workers:
+            _, err = w.communicate(timeout=240)
+            assert w.returncode == 0, err
     after = server.statistics("inswapper_128")
     requests = (after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"])
     executions = after["execution_count"] - before["execution_count"]
@@ -385,14 +401,17 @@ def test_a_server_restarted_mid_run_is_reported_once_and_the_run_finishes(
     out = tmp_path / "restarted.mp4"
     start = server.statistics("inswapper_128")["inference_count"]
     worker = _worker(long_clip, source_photo, out, models_dir, server.grpc_url)
-    deadline = time.monotonic() + 120
-    while server.statistics("inswapper_128")["inference_count"] == start:  # the run is under way
-        assert worker.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    server.stop() if how == "stop" else server.kill()
-    time.sleep(1.0)
-    server.start()
-    _, err = worker.communicate(timeout=240)
+    with _ended(worker):
+        deadline = time.monotonic() + 120
+        # The run is under way: no other client is left (each test ends its workers), so
+        # the server's count moving is this worker's.
+        while server.statistics("inswapper_128")["inference_count"] == start:
+            assert worker.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        server.stop() if how == "stop" else server.kill()
+        time.sleep(1.0)
+        server.start()
+        _, err = worker.communicate(timeout=240)
     assert worker.returncode == 0, err
     lost = [line for line in err.splitlines() if "unavailable" in line]
     back = [line for line in err.splitlines() if "back after" in line]
