@@ -354,7 +354,8 @@ class InSwapper:
         # Columns on multiples of COLUMN_ALIGN, as in the frame: OpenCV's float blur runs SIMD
         # over whole vectors from a row's start and plain code on its tail, whose sums can
         # differ in the last bit, so a region cut elsewhere can round a pixel differently
-        # from insightface's full-frame blur.
+        # from insightface's full-frame blur. (That keeps the region paste exact where this
+        # CPU's code allows it; what holds on every CPU is region_warp.BOUND.)
         x0 -= x0 % COLUMN_ALIGN
         x1 = min(-(-x1 // COLUMN_ALIGN) * COLUMN_ALIGN, w)
         if x1 <= x0 or y1 <= y0:
