@@ -1,17 +1,21 @@
 # The two commands of the README: `make demo` and `make test`. Both create the virtual
 # environment (.venv) and install the project into it on first use, with the `demo` extra
-# (the packages the demo pictures ship in) and the test tools.
+# (the packages the demo pictures ship in) and the test tools, at the versions of the lock
+# (constraints.txt: what the suite last passed with). `make LOCK= test` installs from
+# pyproject.toml's ranges instead (the newest releases they admit).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK ?= constraints.txt
+PIP_LOCK := $(if $(LOCK),-c $(LOCK),)
 
-.PHONY: demo test test-deps triton-env check-install lint bench install clean
+.PHONY: demo test test-deps triton-env check-install lint lock bench install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[demo,test]'
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools $(PIP_LOCK)
+	$(BIN)/python -m pip install --quiet $(PIP_LOCK) $(if $(LOCK),--build-constraint $(LOCK),) -e '.[demo,test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -22,7 +26,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	-@$(MAKE) --no-print-directory test-deps || echo "note: RTSP server or Chromium not installed; the tests that need them will be skipped"
 	-@$(MAKE) --no-print-directory triton-env || echo "note: the Triton server environment could not be built; the Triton tests will say why"
-	$(BIN)/python -m pytest -q
+	FACESTREAM_LOCK=$(LOCK) $(BIN)/python -m pytest -q
 
 # System packages the live tests need: a real RTSP server (GStreamer's, through the system
 # Python) and a real browser for the WebRTC page (Chromium, driven by Playwright from the
@@ -48,7 +52,13 @@ triton-env: $(STAMP)
 
 # A normal (non-editable) install into a fresh venv, every command run from it (CI runs it).
 check-install: $(STAMP)
-	tools/check_install.sh
+	LOCK=$(LOCK) tools/check_install.sh
+
+# Resolve the locks anew (the newest releases pyproject.toml and tools/triton/requirements.txt
+# admit), then run the whole suite against them: commit the new locks only if it passes.
+lock:
+	tools/lock.sh
+	$(MAKE) --no-print-directory test
 
 lint: $(STAMP)
 	$(BIN)/ruff check stream engines tools tests

@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 MEDIA_PY=${MEDIA_PY:-$ROOT/.venv/bin/python}
+# The lock's versions (as `make` installs them); LOCK= installs from the wheel's own ranges.
+LOCK=${LOCK-constraints.txt}
+lock_args=()
+if [ -n "$LOCK" ]; then case $LOCK in /*) lock_args=(-c "$LOCK") ;; *) lock_args=(-c "$ROOT/$LOCK") ;; esac; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 step() { echo "check_install: $*"; }
@@ -18,7 +22,7 @@ wheel=$(ls "$work"/dist/facestream-*.whl)
 "$PY" -c 'import sys, zipfile; sys.exit(0 if "stream/presets/fast.yaml" in zipfile.ZipFile(sys.argv[1]).namelist() else "the presets are not in the wheel")' "$wheel"
 step "installing $(basename "$wheel") into a fresh venv"
 "$PY" -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install -q "$wheel" 2>&1 | grep -v "^WARNING: Location" || true
+"$work/venv/bin/python" -m pip install -q "${lock_args[@]}" "$wheel" 2>&1 | grep -v "^WARNING: Location" || true
 fs="$work/venv/bin/facestream"
 cd "$work"
 
@@ -51,7 +55,7 @@ step "serve without --source or the demo extra: one line"
 if timeout 60 "$fs" serve --port 0 2> err.txt; then echo "serve ran without a face"; exit 1; fi
 [ "$(grep -c . err.txt)" -eq 1 ] && grep -q -- "--source PHOTO" err.txt || { cat err.txt; exit 1; }
 step "demo with the extra"
-"$work/venv/bin/python" -m pip install -q "${wheel}[demo]" 2>&1 | grep -v "^WARNING: Location" || true
+"$work/venv/bin/python" -m pip install -q "${lock_args[@]}" "${wheel}[demo]" 2>&1 | grep -v "^WARNING: Location" || true
 "$fs" demo --out-dir demo --seconds 1 -q > /dev/null
 [ -s demo/demo_swapped.mp4 ] && [ -s demo/demo_contact_sheet.png ] || { echo "the demo wrote no files"; exit 1; }
 step "all commands ran from the wheel"

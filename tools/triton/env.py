@@ -1,9 +1,10 @@
-"""The Triton server's environment: a virtualenv of its own, built from requirements.txt, cached.
+"""The Triton server's environment: a virtualenv of its own, built from requirements.txt (at the
+versions of constraints.txt, the lock), cached.
 
 nvidia-pytriton's wheel bundles a real `tritonserver` with the Python backend; it pins
 numpy<2, so it cannot share the project's venv. `ensure_env()` builds the venv once (pip
-from PyPI) under `~/.cache/facestream/triton-env-<hash>` (the hash covers requirements.txt
-and the interpreter; `$FACESTREAM_TRITON_ENV` names another folder) and reuses it after.
+from PyPI) under `~/.cache/facestream/triton-env-<hash>` (the hash covers requirements.txt,
+constraints.txt and the interpreter; `$FACESTREAM_TRITON_ENV` names another folder) and reuses it after.
 
     python tools/triton/env.py                  # build if needed, print the env's path
     python tools/triton/env.py serve REPO       # run the bundled tritonserver on REPO
@@ -30,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REQUIREMENTS = Path(__file__).resolve().with_name("requirements.txt")
+CONSTRAINTS = REQUIREMENTS.with_name("constraints.txt")  # every package pinned (tools/lock.sh)
 STAMP = ".facestream-ready"  # written last: an env without it is a broken build, rebuilt
 INSTALL_TIMEOUT_S = float(os.environ.get("FACESTREAM_TRITON_INSTALL_TIMEOUT", "900"))
 STUB_VERSIONS = ((3, 8), (3, 13))  # the stubs nvidia-pytriton 0.7.0 ships
@@ -65,11 +67,13 @@ def _python_facts(python: str) -> dict[str, str]:
 
 def default_env_dir(python: str | None = None) -> Path:
     """Where the env lives: `$FACESTREAM_TRITON_ENV`, else a cache folder named by the hash
-    of requirements.txt and the interpreter's real path."""
+    of requirements.txt, constraints.txt and the interpreter's real path."""
     chosen = os.environ.get("FACESTREAM_TRITON_ENV")
     if chosen:
         return Path(chosen)
     digest = hashlib.sha256(REQUIREMENTS.read_bytes())
+    if CONSTRAINTS.is_file():
+        digest.update(CONSTRAINTS.read_bytes())
     digest.update(os.path.realpath(python or base_python()).encode())
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "facestream" / f"triton-env-{digest.hexdigest()[:12]}"
@@ -140,8 +144,9 @@ def ensure_env(env: Path | None = None, timeout: float = INSTALL_TIMEOUT_S) -> P
                                      f"folder (FACESTREAM_TRITON_ENV)")
             shutil.rmtree(env)
         _run([python, "-m", "venv", str(env)], "creating the venv", deadline)
+        lock = ["-c", str(CONSTRAINTS)] if CONSTRAINTS.is_file() else []
         _run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-              "-r", str(REQUIREMENTS)], f"pip install -r {REQUIREMENTS}", deadline)
+              "-r", str(REQUIREMENTS), *lock], f"pip install -r {REQUIREMENTS}", deadline)
         root = _server_root(env)
         stub = root / "python_backend_stubs" / facts["version"] / "triton_python_backend_stub"
         if not stub.is_file():
