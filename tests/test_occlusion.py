@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import cv2
 import dlib
-import face_recognition_models
 import numpy as np
 import pytest
 from skimage import data
 
 from engines.classical_swapper import ClassicalOptions, ClassicalSwapper
+from engines.dlib_models import model_path
 from engines.face import Face
 from engines.occlusion import AppearanceReference
 
@@ -17,7 +17,7 @@ from engines.occlusion import AppearanceReference
 def astro() -> tuple[np.ndarray, np.ndarray]:
     rgb = data.astronaut()
     box = max(dlib.get_frontal_face_detector()(rgb, 1), key=lambda r: r.area())
-    predictor = dlib.shape_predictor(face_recognition_models.pose_predictor_model_location())
+    predictor = dlib.shape_predictor(model_path("landmarks"))
     points = np.array([(p.x, p.y) for p in predictor(rgb, box).parts()], np.float32)
     return cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), points
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import cv2
 import dlib
-import face_recognition_models
 import numpy as np
 import pytest
 from skimage import data
@@ -35,6 +34,7 @@ from engines.classical_swapper import (
     SourceFace,
     place_forehead,
 )
+from engines.dlib_models import model_path
 from engines.errors import EngineError
 from engines.face import INNER_LIPS, Face, SwapResult
 from engines.piecewise_affine import forward_warp, prepare_affines, prepare_triangulation
@@ -50,7 +50,7 @@ class Astronaut:
 def astro() -> Astronaut:
     rgb = data.astronaut()
     detector = dlib.get_frontal_face_detector()
-    predictor = dlib.shape_predictor(face_recognition_models.pose_predictor_model_location())
+    predictor = dlib.shape_predictor(model_path("landmarks"))
     boxes = detector(rgb, 1)
     assert len(boxes) >= 1
     box = max(boxes, key=lambda r: r.area())

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import cv2
 import dlib
-import face_recognition_models
 import numpy as np
 from skimage import data
 
@@ -25,6 +24,7 @@ from engines.classical_swapper import (
     ClassicalOptions,  # noqa: E402
     ClassicalSwapper,  # noqa: E402
 )
+from engines.dlib_models import model_path  # noqa: E402
 from engines.face import Face  # noqa: E402
 
 
@@ -32,7 +32,7 @@ def astronaut_landmarks() -> tuple[np.ndarray, np.ndarray]:
     """The astronaut picture (BGR) and its 68 dlib landmarks."""
     rgb = data.astronaut()
     detector = dlib.get_frontal_face_detector()
-    predictor = dlib.shape_predictor(face_recognition_models.pose_predictor_model_location())
+    predictor = dlib.shape_predictor(model_path("landmarks"))
     box = max(detector(rgb, 1), key=lambda r: r.area())
     shape = predictor(rgb, box)
     points = np.array([(p.x, p.y) for p in shape.parts()], np.float32)

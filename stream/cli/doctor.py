@@ -127,11 +127,25 @@ def check_models(config: Config) -> list[Finding]:
                            f"put {item.file} in {dirs[0]} (or facestream models fetch {name} --url ...)"))
     usable = any(f.ok for f in out)
     out.append(Finding("models", "embedded default", "dlib (no model files needed)",
-                       _version("dlib") is not None and _version("face_recognition_models") is not None,
+                       _version("dlib") is not None and _dlib_weights(),
                        "pip install dlib-bin face_recognition_models", required=True))
     if not usable:
         out[-1].found += "; no neural model files found, so runs use it"
     return out
+
+
+def _dlib_weights() -> bool:
+    """face_recognition_models' weights are there (found without importing the package,
+    whose `__init__` needs setuptools' pkg_resources: engines/dlib_models.py)."""
+    from engines.dlib_models import model_path
+    from engines.errors import ModelNotFound
+
+    try:
+        model_path("landmarks")
+        model_path("embedding")
+    except ModelNotFound:
+        return False
+    return True
 
 
 def check_live() -> list[Finding]:
