@@ -36,7 +36,10 @@ from tools.webrtc_sync import flash_beep_tracks, read_webrtc_sync
 
 FRAME_S = 1 / 30
 BOUND_S = FRAME_S + 0.017
-READ_S = 6.0
+# Eight flashes: a live session drops frames when the machine is busy (once in a CI run, on
+# a 2-core machine with OpenCV's AVX2 turned off, two flashes in a row never reached the
+# viewer), and at least three of the seven past the first second must still be read.
+READ_S = 8.0
 
 
 pytestmark = pytest.mark.usefixtures("loopback_ice")  # every test here talks WebRTC on loopback
