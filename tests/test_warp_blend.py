@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from skimage import data
 
+from engines import classical_swapper
 from engines.blend import (
     LIP_EDGE,
     detail,
@@ -751,8 +752,6 @@ def test_a_small_face_is_warped_with_several_samples_a_pixel(astro, source, monk
     # picture shrunk, so the best it can give is that picture area-averaged. Several bilinear
     # samples a pixel, averaged, come closer to it than one, and leave no dark rim at the
     # warp's edge.
-    from engines import classical_swapper
-
     scale = width / face_size(astro.landmarks)
     frame = cv2.resize(astro.image, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
     points = ((astro.landmarks + 0.5) * scale - 0.5).astype(np.float32)
@@ -950,3 +949,29 @@ def test_paste_rejects_a_mismatched_result(astro, source):
     bad = SwapResult(region=(0, 0, 10, 10), patch=result.patch, valid=result.valid)
     with pytest.raises(EngineError):
         swapper.paste(astro.image.copy(), face, bad)
+
+
+@pytest.mark.parametrize("resample", [True, False])
+def test_resample_switch_decides_the_squeezed_sampling(astro, monkeypatch, resample):
+    """`swap.resample` (off in `fast`): a face turned away has triangles that squeeze the
+    source; with it on they are sampled several times a pixel, off once (the cheap warp)."""
+    frame, points = move(astro, similarity())
+    turned = points.copy()
+    nose_x = turned[30, 0]
+    far = turned[:, 0] > nose_x
+    turned[far, 0] = nose_x + 0.15 * (turned[far, 0] - nose_x)  # the far half a seventh as wide
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("squeezed"))
+        return forward_warp(*args, **kwargs)
+
+    monkeypatch.setattr(classical_swapper, "forward_warp", recording)
+    patches = {}
+    for on in (resample, not resample):
+        swapper = ClassicalSwapper(ClassicalOptions(resample=on))
+        src = swapper.prepare_source(astro.image, astro.landmarks)
+        patches[on] = swapper.forward(frame, face_of(turned), src).patch
+    assert seen == [resample, not resample]
+    # The squeezed half really is sampled differently (so the switch is not a no-op here).
+    assert np.count_nonzero(np.abs(patches[True].astype(int) - patches[False].astype(int)).max(axis=2) > 8) > 20
