@@ -281,6 +281,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     written=args.written)
 
 
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    from stream.cli.benchmark_command import cmd_benchmark as run
+
+    return run(args)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from stream.cli.doctor import run_doctor
 
@@ -342,10 +348,11 @@ def _written_so_far(written: Written) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live,
-                "serve": cmd_serve, "doctor": cmd_doctor, "triton-repo": cmd_triton_repo}
+                "serve": cmd_serve, "doctor": cmd_doctor, "benchmark": cmd_benchmark, "triton-repo": cmd_triton_repo}
     args.written = written = Written()
     if args.command != "serve":  # the server handles its own signals on its event loop
         _stop_on_termination()

@@ -187,6 +187,35 @@ def build_parser() -> argparse.ArgumentParser:
                        help="video codec to send back when the browser offers it (default vp8: the "
                             "cheapest on a CPU here; auto: the browser's first choice)")
     _add_run_options(serve, server=True)
+    bench = sub.add_parser(
+        "benchmark", help="how fast this machine swaps: fps staged and serial, stage times, latency, "
+                          "memory, and whether it is real time",
+        description="Runs built-in clips (720p and 1080p, one face and six faces; made from installed "
+                    "pictures) or your own --input through the job you configure, staged (a thread a "
+                    "stage, the default) and serial (one thread), alternating, and prints for each clip: "
+                    "fps of both, per-stage p50/p95, capture-to-sink latency, the run's peak resident "
+                    "memory, and a verdict such as 'real time at 30 fps: yes, with 4.2 ms a frame to "
+                    "spare'. Outputs are written to a temporary folder and deleted.",
+        epilog="examples:\n"
+               "  facestream benchmark                          # 720p, one face and six, the default preset\n"
+               "  facestream benchmark --config fast --clips all --json bench.json\n"
+               "  facestream benchmark --input my_clip.mp4 --source me.jpg --fps 25",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_argument("--source", action="append", default=[], metavar="PHOTO",
+                       help="photo of the face to put in (default: scikit-image's astronaut)")
+    bench.add_argument("--input", "-i", metavar="PATH", help="your own video instead of the built-in clips")
+    bench.add_argument("--clips", default="720p-1,720p-6", metavar="NAMES",
+                       help="built-in clips, comma-separated: 720p-1, 720p-6, 1080p-1, 1080p-6, or all "
+                            "(default: 720p-1,720p-6)")
+    bench.add_argument("--seconds", type=float, default=5.0, help="length of each built-in clip (default 5)")
+    bench.add_argument("--repeat", type=int, default=1, metavar="N",
+                       help="runs of each mode per clip; the figures are the median run's (default 1)")
+    bench.add_argument("--fps", type=float, metavar="FPS",
+                       help="the rate real time means (default: the clip's own, 30 for the built-in ones)")
+    bench.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
+    bench.add_argument("--markdown", action="store_true",
+                       help="also print a Markdown table with the date and the machine (the README's)")
+    _add_run_options(bench)
     doctor = sub.add_parser(
         "doctor", help="say what this machine can do and what is missing, with the fix for each",
         description="Checks Python and the packages, ONNX Runtime's providers, CUDA devices and memory, "
