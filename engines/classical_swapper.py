@@ -373,6 +373,9 @@ class ClassicalSwapper:
 
     name = "classical"
     cuts_occluders = True  # paste leaves out a face's `occlusion` (engines.occlusion.find_occluders)
+    # Steps a face's `skip` may leave out (a live run sheds them when it falls behind), the
+    # costliest a face first: the squeezed-triangle sampling, shading, lip colour, detail.
+    optional_steps = ("resample", "shading", "lip_color", "detail")
 
     def __init__(self, config: ClassicalOptions | None = None) -> None:
         self.config = config or ClassicalOptions()
@@ -470,17 +473,18 @@ class ClassicalSwapper:
             return None
         x0, y0, x1, y1 = region
         size = face_size(lm)
+        resample = self.config.resample and "resample" not in face.skip
         k = int(min(max(round(SUPERSAMPLE_FACE / size), 1), MAX_SUPERSAMPLE))
         level = source.level_for(k * size)
         origin = np.array([x0, y0], np.float32)
         if k == 1:
             patch, valid = forward_warp(source.levels[level], points - origin, (x1 - x0, y1 - y0),
-                                        squeezed=self.config.resample)
+                                        squeezed=resample)
         else:
             # Pixel centres: x + 0.5 in the region is k (x + 0.5) in the k-times larger one.
             big, big_valid = forward_warp(source.levels[level], (points - origin + 0.5) * k - 0.5,
                                           ((x1 - x0) * k, (y1 - y0) * k),
-                                          squeezed=self.config.resample)
+                                          squeezed=resample)
             cover = cv2.resize(big_valid, (x1 - x0, y1 - y0), interpolation=cv2.INTER_AREA)
             # The mean of the covered samples only (the others are black): no dark rim at the
             # warp's edge. A pixel counts as covered where most of its samples are.
@@ -546,14 +550,17 @@ class ClassicalSwapper:
             # front, and the colour statistics leave it out.
             masks = cut_occlusion(masks, face.occlusion, (x0, y0), edge)
         patch = result.patch
+        skip = face.skip
         if cfg.color_transfer:
             patch = transfer_color(patch, roi, masks.core)
-            if cfg.lip_color:
+            if cfg.lip_color and "lip_color" not in skip:
                 patch = match_lips(patch, roi, lm[:68], masks.alpha, masks.core)
-        # A face turned less than SHADING_FROM gets weight 0: match_shading leaves it as it is.
-        shading = cfg.shading * max(face_turn(lm[:68]) - SHADING_FROM, 0.0) / (1.0 - SHADING_FROM)
-        patch = match_shading(patch, roi, masks.core, SHADING_SCALE * size, shading)
-        patch = match_detail(patch, roi, masks.core, cfg.detail)
+        if "shading" not in skip:
+            # A face turned less than SHADING_FROM gets weight 0: match_shading leaves it as it is.
+            shading = cfg.shading * max(face_turn(lm[:68]) - SHADING_FROM, 0.0) / (1.0 - SHADING_FROM)
+            patch = match_shading(patch, roi, masks.core, SHADING_SCALE * size, shading)
+        if "detail" not in skip:
+            patch = match_detail(patch, roi, masks.core, cfg.detail)
         if cfg.blend == "poisson":
             blend_poisson(roi, patch, masks)
         else:

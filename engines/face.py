@@ -52,7 +52,9 @@ class Face:
     `kps5` is the detector's own five points when the run aligns with them (the reference
     mode); None: alignment uses five points made from the 68 landmarks. `look`: the tracker's
     handle for looking for occluders (None: not looked for); `occlusion`: what was found in
-    front of the face this frame (engines.occlusion.find_occluders; None: nothing)."""
+    front of the face this frame (engines.occlusion.find_occluders; None: nothing). `skip`:
+    optional steps the swapper leaves out for this face this frame (names from its
+    `optional_steps`; a live run that falls behind sheds them)."""
 
     box: Box
     landmarks: Landmarks68
@@ -61,6 +63,7 @@ class Face:
     kps5: Keypoints5 | None = None
     occlusion: Occlusion | None = None
     look: Look | None = None
+    skip: frozenset[str] = frozenset()
 
     @property
     def width(self) -> float:

@@ -191,8 +191,12 @@ def test_a_slow_sink_drops_old_frames_instead_of_queueing(live_job: SwapJob, cam
     rings = rep["rings"]
     assert rings["A"]["drops"] == rep["drops"] and rings["A"]["max_occupancy"] == 1
     assert all(rings[n]["drops"] == 0 and rings[n]["capacity"] == 1 for n in "BCD")
-    # Under load the tracker detected less often, never beyond 4x the configured cadence.
-    assert 2 < rep["live"]["detect_every_max"] <= 8
+    # Under load the optional quality steps were shed first, the costliest first, one a
+    # second (the clip lasts two): detection's cadence is only raised once none is left.
+    live = rep["live"]
+    assert live["sheddable"] == ["resample", "occlusion", "shading", "lip_color", "detail"]
+    assert 1 <= len(live["shed"]) <= 2 and live["shed"] == live["sheddable"][:len(live["shed"])]
+    assert live["detect_every_max"] == 2
     time.sleep(0.2)
     assert threading.active_count() <= before
 
@@ -242,6 +246,54 @@ class FakeRing:
 
 class FakeTracker:
     detect_every = 3
+
+
+def _seconds(cadence: AdaptiveCadence, ring: FakeRing, now: float, drops_per_second: int) -> float:
+    ring.drops += drops_per_second
+    for _ in range(30):  # a second of frames
+        now += 0.034
+        cadence.on_frame(now)
+    return now
+
+
+def test_steps_are_shed_before_detection_slows_and_come_back_last() -> None:
+    tracker, ring = FakeTracker(), FakeRing()
+    given: list[frozenset[str]] = []
+    cadence = AdaptiveCadence(tracker, [ring], 3, ["resample", "occlusion"], given.append)  # type: ignore[arg-type]
+    now = 100.0
+    cadence.on_frame(now)
+    seen = []
+    for drops in [5, 5, 5, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]:
+        now = _seconds(cadence, ring, now, drops)
+        seen.append((tracker.detect_every, tuple(cadence.shed)))
+    assert seen == [
+        (3, ("resample",)), (3, ("resample", "occlusion")),  # steps first, the costliest first
+        (6, ("resample", "occlusion")), (12, ("resample", "occlusion")),  # then detection
+        (12, ("resample", "occlusion")), (12, ("resample", "occlusion")),
+        (6, ("resample", "occlusion")),  # three calm seconds: detection's cadence comes back first
+        (6, ("resample", "occlusion")), (6, ("resample", "occlusion")), (3, ("resample", "occlusion")),
+        (3, ("resample", "occlusion")), (3, ("resample", "occlusion")), (3, ("resample",)),
+        (3, ("resample",)), (3, ("resample",)), (3, ()),  # then the steps, the last shed first
+    ]
+    assert given == [frozenset({"resample"}), frozenset({"resample", "occlusion"}),
+                     frozenset({"resample"}), frozenset()]
+    assert cadence.ever_shed == ["resample", "occlusion"] and cadence.shed_changes == 4
+
+
+def test_sheddable_steps_follow_the_config_and_the_swapper() -> None:
+    from engines.classical_swapper import ClassicalSwapper
+    from stream.job.cadence import sheddable
+
+    classical = ClassicalSwapper()
+    assert sheddable(load_config(None), classical) == ["resample", "occlusion", "shading", "lip_color", "detail"]
+    assert sheddable(load_config("fast"), classical) == []  # fast runs none of them
+    assert sheddable(load_config(None, ["swap.color_transfer=false", "track.occlusion=false"]), classical) \
+        == ["resample", "shading", "detail"]
+
+    class Neural:  # no optional steps, no occluders cut
+        pass
+
+    assert sheddable(load_config(None), Neural()) == []
 
 
 def test_cadence_backs_off_under_drops_and_returns_when_calm() -> None:

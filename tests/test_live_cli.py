@@ -378,6 +378,31 @@ def test_status_says_faces_on_screen_beside_the_total(live_job: SwapJob, sync_cl
     assert "output dropped" not in line  # nothing lost: nothing said
 
 
+def test_status_says_once_what_is_shed(live_job: SwapJob, sync_clip: Path) -> None:
+    """The status line names the steps shed when that changes, not every second after."""
+    source = open_source(str(sync_clip))
+    source.open()
+    figures: list[dict] = []
+
+    def starting(pipeline) -> None:  # the run has fallen behind before its first second
+        pipeline.analyse.skip = frozenset({"occlusion", "resample"})
+
+    run_live(live_job, source, FanoutSink([FlakyOutput(lost=range(0))]), "shed", status=figures.append,
+             on_start=starting)
+    assert len(figures) >= 2
+    lines = [format_status(f) for f in figures]
+    assert "  shedding resample, occlusion" in lines[0], lines[0]
+    # Said on the lines where it changed (the run's own adapter may shed or take back more), never
+    # again while it stays the same.
+    before: list[str] = []
+    for f, line in zip(figures, lines):
+        said = "shedding" in line or "every quality step back" in line
+        assert said == (f["shed"] != before), (before, f["shed"], line)
+        before = f["shed"]
+    back = dict(figures[-1], shed=[], shed_changed=True)
+    assert format_status(back).endswith("  every quality step back")
+
+
 # -- case 12: log lines never run into the status line ------------------------------------------
 
 def _screen(raw: str) -> list[str]:

@@ -975,3 +975,32 @@ def test_resample_switch_decides_the_squeezed_sampling(astro, monkeypatch, resam
     assert seen == [resample, not resample]
     # The squeezed half really is sampled differently (so the switch is not a no-op here).
     assert np.count_nonzero(np.abs(patches[True].astype(int) - patches[False].astype(int)).max(axis=2) > 8) > 20
+
+
+def test_a_faces_skip_leaves_out_its_steps_as_the_config_would(astro):
+    """A live run that falls behind sheds steps through each face's `skip`: the result is
+    the one the config without those steps gives, and the other steps still run."""
+    from dataclasses import replace
+
+    frame, points = move(astro, similarity(angle=8, scale=0.9), size=(640, 480))
+    frame[:, :, 2] //= 2  # a tinted target: the colour steps have work to do
+    # Turned: shading has weight on it (it leaves a frontal face as it is).
+    turned = points.copy()
+    far = turned[:, 0] > turned[30, 0]
+    turned[far, 0] = turned[30, 0] + 0.5 * (turned[far, 0] - turned[30, 0])
+    face = face_of(turned)
+    steps = {"resample", "shading", "lip_color", "detail"}
+    full = ClassicalOptions(shading=1.0)
+    without = ClassicalOptions(shading=0.0, detail=0.0, lip_color=False, resample=False)
+
+    def swapped(options: ClassicalOptions, f) -> np.ndarray:
+        swapper = ClassicalSwapper(options)
+        src = swapper.prepare_source(astro.image, astro.landmarks)
+        out = frame.copy()
+        swapper.paste(out, f, swapper.forward(out, f, src))
+        return out
+
+    shed = swapped(full, replace(face, skip=frozenset(steps)))
+    assert np.array_equal(shed, swapped(without, face))
+    assert not np.array_equal(shed, swapped(full, face))  # the steps do change this face
+    assert set(ClassicalSwapper.optional_steps) == steps

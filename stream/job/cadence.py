@@ -1,11 +1,13 @@
-"""Detection cadence that adapts to load in live runs."""
+"""Live runs adapt to load: optional quality steps are shed first, then detection runs
+less often; both come back, in the reverse order, while the run keeps up."""
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from stream.analysis.tracklets import Tracker
+from stream.config import Config
 from stream.runtime.ring import Ring
 
 log = logging.getLogger(__name__)
@@ -14,17 +16,47 @@ CADENCE_WINDOW_S = 1.0  # seconds between cadence decisions
 CADENCE_MAX_FACTOR = 4
 
 
-class AdaptiveCadence:
-    """Raises the tracker's detection interval while the pipeline drops frames, lowers it
-    back when it keeps up (three calm seconds halve it). Called for every frame delivered."""
+# Optional steps in the order a run falling behind sheds them (the costliest a face first,
+# tools/cost_parts.py on the six-face clip): the squeezed-triangle sampling (1.3 ms), the
+# occlusion finder (1.2 ms), shading (0.7 ms), lip colour (0.6 ms), detail (0.35 ms).
+SHED_ORDER = ("resample", "occlusion", "shading", "lip_color", "detail")
 
-    def __init__(self, tracker: Tracker, rings: Sequence[Ring], base_every: int) -> None:
+
+def sheddable(config: Config, swapper: object) -> list[str]:
+    """The optional steps this run does and may shed, in SHED_ORDER: those the swapper
+    names in `optional_steps` that the config has on, and the occlusion finder where the
+    swapper cuts occluders out and the config looks for them."""
+    swap = config.swap
+    on = {"resample": swap.resample, "shading": swap.shading > 0,
+          "lip_color": swap.lip_color and swap.color_transfer, "detail": swap.detail > 0}
+    steps = set(getattr(swapper, "optional_steps", ()))
+    if getattr(swapper, "cuts_occluders", False) and config.track.occlusion:
+        steps.add("occlusion")
+        on["occlusion"] = True
+    return [name for name in SHED_ORDER if name in steps and on.get(name, False)]
+
+
+class AdaptiveCadence:
+    """While the pipeline drops frames, sheds one optional step a second (`steps`, in
+    order; `use_skip` is given the set shed so far), then, with none left, doubles the
+    tracker's detection interval (up to CADENCE_MAX_FACTOR times the base). While it keeps
+    up, every three calm seconds take back one change, the last made first: detection's
+    cadence comes down to its base before the steps return. Called for every frame
+    delivered."""
+
+    def __init__(self, tracker: Tracker, rings: Sequence[Ring], base_every: int,
+                 steps: Sequence[str] = (), use_skip: Callable[[frozenset[str]], None] | None = None) -> None:
         self.tracker = tracker
         self.rings = list(rings)
         self.base = base_every
         self.max_every = base_every * CADENCE_MAX_FACTOR
         self.changes = 0
         self.highest = base_every
+        self.steps = list(steps)
+        self.use_skip = use_skip
+        self.shed: list[str] = []  # shed now, in the order they were
+        self.ever_shed: list[str] = []  # every step shed at some point of the run
+        self.shed_changes = 0
         self._since: float | None = None
         self._drops_seen = 0
         self._calm = 0
@@ -41,13 +73,31 @@ class AdaptiveCadence:
         every = self.tracker.detect_every
         if new_drops > 0:
             self._calm = 0
-            if every < self.max_every:
+            left = [s for s in self.steps if s not in self.shed]
+            if left and self.use_skip is not None:
+                self._shed([*self.shed, left[0]], f"{new_drops} frames dropped")
+            elif every < self.max_every:
                 self._set(min(every * 2, self.max_every), f"{new_drops} frames dropped")
         else:
             self._calm += 1
-            if self._calm >= 3 and every > self.base:
+            if self._calm >= 3:
                 self._calm = 0
-                self._set(max(every // 2, self.base), "keeping up")
+                if every > self.base:
+                    self._set(max(every // 2, self.base), "keeping up")
+                elif self.shed:
+                    self._shed(self.shed[:-1], "keeping up")
+
+    def _shed(self, shed: list[str], why: str) -> None:
+        gone = [s for s in shed if s not in self.shed]
+        log.info("%s %s (%s)", "shedding" if gone else "taking back",
+                 ", ".join(gone or [s for s in self.shed if s not in shed]), why)
+        self.shed = shed
+        for name in gone:
+            if name not in self.ever_shed:
+                self.ever_shed.append(name)
+        assert self.use_skip is not None
+        self.use_skip(frozenset(shed))
+        self.shed_changes += 1
 
     def _set(self, every: int, why: str) -> None:
         log.info("detection every %d frames (%s)", every, why)

@@ -7,7 +7,7 @@ from typing import Any
 
 from stream.errors import SinkError, SourceError
 from stream.job.assembly import Pipeline, assemble
-from stream.job.cadence import AdaptiveCadence
+from stream.job.cadence import AdaptiveCadence, sheddable
 from stream.job.report import JobResult, Written, run_and_report
 from stream.job.status import StatusLine, sink_report
 from stream.job.swap_job import SwapJob
@@ -119,7 +119,7 @@ def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
              on_start: Callable[[Pipeline], None] | None = None) -> JobResult:
     """A live run: `source` (opened) through the live rings to `sink` (opened here), until
     the source ends, `duration` seconds pass, a sink asks to stop, or someone calls the
-    pipeline's `stop()`. Detection cadence adapts to load; `status` gets the figures every
+    pipeline's `stop()`. Optional quality steps, then detection's cadence, adapt to load; `status` gets the figures every
     second (see StatusLine.figures). `faces` replaces the job's source faces for this run;
     `on_start` gets the pipeline before it starts (to stop it, or to change faces)."""
     info = source.info
@@ -142,7 +142,13 @@ def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
         # sink: a file output is finalised, or removed when it holds no frame.
         sink.open()
         pipeline = _assemble(job, (info.height, info.width), source, sink, True, faces, on_frame, metrics)
-        cadence = AdaptiveCadence(pipeline.tracker, pipeline.rings, job.config.detect.every)
+        analyse = pipeline.analyse
+
+        def use_skip(skip: frozenset[str]) -> None:
+            analyse.skip = skip
+
+        cadence = AdaptiveCadence(pipeline.tracker, pipeline.rings, job.config.detect.every,
+                                  sheddable(job.config, pipeline.composite.paster), use_skip)
         if on_start is not None:
             on_start(pipeline)
         line = StatusLine(pipeline, status) if status is not None else None
@@ -171,7 +177,9 @@ def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
             line.stop()
     rep = result.report
     rep["live"] = {"detect_every_base": cadence.base, "detect_every_max": cadence.highest,
-                   "cadence_changes": cadence.changes, "stopped": pipeline.runner.stopped}
+                   "cadence_changes": cadence.changes, "stopped": pipeline.runner.stopped,
+                   "sheddable": list(cadence.steps), "shed": list(cadence.ever_shed),
+                   "shed_changes": cadence.shed_changes}
     rep["input"] = source.describe()
     # "frames" are the frames delivered: those the sink was given and dropped are counted apart.
     delivered_only(rep, stats_of(sink))

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from stream.job.assembly import Pipeline
+from stream.job.cadence import SHED_ORDER
 from stream.sinks.protocol import SinkStats, stats_of
 
 
@@ -24,6 +25,7 @@ class StatusLine:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fs-status", daemon=True)
         self._last = (time.monotonic(), 0, 0, 0)
+        self._shed: frozenset[str] = frozenset()
 
     def start(self) -> None:
         self._thread.start()
@@ -35,8 +37,9 @@ class StatusLine:
     def figures(self) -> dict[str, Any]:
         """The figures since the last call: fps in/out, frames in/out so far, ring drops so
         far, latency p50/p95 (ms, None without frames), faces swapped so far (`faces`) and
-        in the last frame shown (`faces_on_screen`), the detection cadence, and the sink's
-        delivery figures (`sink_dropped`, `sink_reconnects`, `sink_outage_s`).
+        in the last frame shown (`faces_on_screen`), the detection cadence, the optional
+        steps shed now (`shed`, and `shed_changed` when that differs from the last call), and
+        the sink's delivery figures (`sink_dropped`, `sink_reconnects`, `sink_outage_s`).
 
         "Out" counts the frames the sink delivered: frames it was given but dropped (an
         RTSP output while its server is away) are not in it."""
@@ -48,6 +51,8 @@ class StatusLine:
         dt = max(now - t, 1e-6)
         lat = m.latency.values[nlat:]
         self._last = (now, m.frames_in, delivered, len(m.latency.values))
+        skip = self.pipeline.analyse.skip
+        shed_changed, self._shed = skip != self._shed, skip
         p50 = p95 = None
         if lat:
             p50, p95 = (round(float(np.percentile(np.asarray(lat) * 1000, q)), 1) for q in (50, 95))
@@ -56,6 +61,7 @@ class StatusLine:
                 "drops": sum(r.drops for r in self.pipeline.rings), "latency_p50_ms": p50,
                 "latency_p95_ms": p95, "faces": m.faces_swapped, "faces_on_screen": m.faces_on_screen,
                 "detect_every": self.pipeline.tracker.detect_every,
+                "shed": [s for s in SHED_ORDER if s in skip], "shed_changed": shed_changed,
                 "sink_dropped": sink["dropped"], "sink_reconnects": sink["reconnects"],
                 "sink_outage_s": round(sink["outage_s"], 1)}
 
@@ -86,9 +92,12 @@ def format_status(f: dict[str, Any]) -> str:
     else:
         latency = "latency -"
     sink = format_sink(f.get("sink_dropped", 0), f.get("sink_reconnects", 0), f.get("sink_outage_s", 0.0))
+    shed = ""
+    if f.get("shed_changed"):  # said once, when it changes
+        shed = f"  shedding {', '.join(f['shed'])} to keep up" if f.get("shed") else "  every quality step back"
     return (f"in {f['fps_in']:5.1f} fps  out {f['fps_out']:5.1f} fps  "
             f"drops {f['drops']}  {latency}  faces on screen {f.get('faces_on_screen', 0)}, "
-            f"swapped {f['faces']}" + (f"  {sink}" if sink else ""))
+            f"swapped {f['faces']}" + (f"  {sink}" if sink else "") + shed)
 
 
 def sink_report(stats: SinkStats) -> dict[str, Any]:
@@ -110,4 +119,5 @@ def format_live_summary(rep: dict[str, Any]) -> str:
             + (f" ({inp['skipped']} frames of the clip skipped: read too late)" if inp.get("skipped") else "")
             + "; "
             f"detection every {live['detect_every_base']}-{live['detect_every_max']} frames"
+            + (f"; shed to keep up: {', '.join(live['shed'])}" if live.get("shed") else "")
             + (f"; {live['stopped']}" if live["stopped"] else ""))

@@ -3,6 +3,7 @@ the CPU work before the swap model: each chosen face's crop, into ring B's batch
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -28,6 +29,10 @@ class AnalyseWorker:
         self.sources = list(sources)  # prepared source faces; replaced whole by `Pipeline.use_faces`
         self.default_fps = default_fps
         self._gray: np.ndarray | None = None  # reused grey frame
+        # Optional steps the faces of the next frames leave out (a live run falling behind sheds
+        # them: stream.job.cadence.LoadAdapter): the swapper's `optional_steps`, and "occlusion"
+        # (no look for occluders). Replaced whole from another thread; read once a frame.
+        self.skip: frozenset[str] = frozenset()
 
     def process(self, item: Slot, out: Slot) -> None:
         image = item.image
@@ -42,6 +47,10 @@ class AnalyseWorker:
         targets = self.selector.choose(tracks, self.tracker, image, item.seq)
         sources = self.sources  # read once: another thread may hand the stage new faces
         faces = tuple(t.face for t in targets)
+        skip = self.skip
+        if skip:
+            look = "occlusion" not in skip
+            faces = tuple(replace(f, skip=skip, look=f.look if look else None) for f in faces)
         batch = self.swapper.prepare_batch(image, faces, [sources[t.source] for t in targets], out.buffers)
         out.payload = PreparedFaces(faces, batch)
 
