@@ -5,13 +5,15 @@ track, never per frame.
 """
 from __future__ import annotations
 
+import threading
+
 import cv2
 import dlib
 import numpy as np
 import numpy.typing as npt
 
 from engines.dlib_landmarker import to_rect
-from engines.dlib_models import model_path
+from engines.dlib_models import shared_model
 from engines.face import ImageBGR, Landmarks68
 
 SAME_PERSON = 0.6  # dlib's own convention for its embedding
@@ -24,10 +26,12 @@ class DlibEmbedder:
     def __init__(self) -> None:
         self.calls = 0
         self._model: dlib.face_recognition_model_v1 | None = None
+        self._lock = threading.Lock()
 
     def open(self) -> None:
         if self._model is None:
-            self._model = dlib.face_recognition_model_v1(model_path("embedding"))
+            # One copy a process, shared with every other embedder (engines.dlib_models).
+            self._model, self._lock = shared_model("embedding")
 
     def forward(self, image: ImageBGR, landmarks: Landmarks68) -> npt.NDArray[np.float32]:
         if self._model is None:
@@ -48,7 +52,8 @@ class DlibEmbedder:
             to_rect(box), [dlib.point(int(round(x)), int(round(y))) for x, y in pts]
         )
         self.calls += 1
-        return np.asarray(self._model.compute_face_descriptor(crop, shape), dtype=np.float32)
+        with self._lock:
+            return np.asarray(self._model.compute_face_descriptor(crop, shape), dtype=np.float32)
 
     def distance(self, a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
         return float(np.linalg.norm(a - b))

@@ -42,3 +42,56 @@ def test_a_missing_package_or_file_is_one_clear_error(monkeypatch: pytest.Monkey
         dlib_models.model_path("landmarks")
     with pytest.raises(ValueError, match="unknown dlib model kind 'cnn'; known: landmarks, embedding"):
         dlib_models.model_path("cnn")
+
+
+def test_each_model_is_loaded_once_a_process_and_shared() -> None:
+    """The tracker's landmarker and the face filter's (and the two embedders) hold one copy
+    of each model: two copies cost a one-face run 90 MB of its peak."""
+    from engines.dlib_detector import DlibHogDetector
+    from engines.dlib_embedder import DlibEmbedder
+    from engines.dlib_landmarker import DlibLandmarker
+    from engines.face_filter import FaceFilter
+
+    own, other = DlibLandmarker(), DlibLandmarker()
+    own.open()
+    other.open()
+    assert own._predictor is other._predictor and own._lock is other._lock
+    filt = FaceFilter(DlibHogDetector(1024, 0))
+    filt.open()
+    assert filt.landmarker._predictor is own._predictor
+    embedders = DlibEmbedder(), DlibEmbedder()
+    for e in embedders:
+        e.open()
+    assert embedders[0]._model is embedders[1]._model is filt.embedder._model
+
+
+def test_a_shared_landmarker_gives_each_thread_its_own_answer() -> None:
+    """Calls from several threads at once (a server's pipelines, a background detection)
+    return what each would alone."""
+    import threading
+
+    import cv2
+    import numpy as np
+
+    from engines.dlib_landmarker import DlibLandmarker
+    from engines.frame_views import FrameViews
+    from stream.media.demo_clips import astronaut
+
+    frames = [FrameViews(cv2.resize(astronaut(), None, fx=s, fy=s)) for s in (1.0, 0.8, 1.25)]
+    boxes = [(int(170 * s), int(60 * s), int(300 * s), int(200 * s)) for s in (1.0, 0.8, 1.25)]
+    lm = DlibLandmarker()
+    alone = [lm.forward(f, b) for f, b in zip(frames, boxes)]
+    got: dict[int, list[np.ndarray]] = {i: [] for i in range(3)}
+
+    def work(i: int) -> None:
+        mine = DlibLandmarker()
+        for _ in range(30):
+            got[i].append(mine.forward(frames[i], boxes[i]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(3):
+        assert all(np.array_equal(p, alone[i]) for p in got[i])
