@@ -1,10 +1,13 @@
 """dlib's HOG frontal-face detector, run on the grey frame scaled to a working size."""
 from __future__ import annotations
 
+import threading
+
 import cv2
 import dlib
 import numpy as np
 
+from engines.dlib_models import shared_model
 from engines.face import Box
 from engines.frame_views import FrameViews
 
@@ -50,11 +53,13 @@ class DlibHogDetector:
         self.refine = refine
         self.calls = 0
         self._detector: dlib.fhog_object_detector | None = None
+        self._lock = threading.Lock()
         self._scaled: np.ndarray | None = None  # reused working-size buffer
 
     def open(self) -> None:
         if self._detector is None:
-            self._detector = dlib.get_frontal_face_detector()
+            # One a process, shared by every HOG detector under its lock (engines.dlib_models).
+            self._detector, self._lock = shared_model("hog")
 
     def scale_for(self, width: int, height: int) -> float:
         """The factor the frame is scaled by before HOG scans it."""
@@ -81,7 +86,8 @@ class DlibHogDetector:
         else:
             image, sx, sy = gray, 1.0, 1.0
         self.calls += 1
-        rects, scores, _ = self._detector.run(image, self.upsample, self.threshold)
+        with self._lock:
+            rects, scores, _ = self._detector.run(image, self.upsample, self.threshold)
         boxes = [((r.left() * sx, r.top() * sy, (r.right() + 1) * sx, (r.bottom() + 1) * sy), float(s))
                  for r, s in zip(rects, scores)]
         if self.refine:
@@ -114,7 +120,9 @@ class DlibHogDetector:
             fx, fy = size[0] / (ix1 - ix0), size[1] / (iy1 - iy0)
             scaled = cv2.resize(crop, size, interpolation=cv2.INTER_AREA if f < 1 else cv2.INTER_LINEAR)
             best = None
-            for r in self._detector(scaled, 0):
+            with self._lock:
+                rects = self._detector(scaled, 0)
+            for r in rects:
                 # Pixel edges map back exactly: crop edge u -> frame edge u / fx + ix0.
                 b = (r.left() / fx + ix0, r.top() / fy + iy0, (r.right() + 1) / fx + ix0, (r.bottom() + 1) / fy + iy0)
                 off = float(np.hypot((b[0] + b[2]) / 2 - cx, (b[1] + b[3]) / 2 - cy))

@@ -44,19 +44,26 @@ _LOADING = threading.Lock()
 
 
 def shared_model(kind: str) -> tuple[Any, threading.Lock]:
-    """dlib's model of `kind`, loaded once per process, and the lock its calls take.
+    """dlib's model of `kind` ("landmarks", "embedding" or "hog": the frontal face detector
+    built into dlib), loaded once per process, and the lock its calls take.
 
     Every user of a kind (the tracker's landmarker and the face filter's, the run's embedder
     and the filter's) shares one copy: the 68-point predictor holds about 70 MB and the
     ResNet 22 MB, and two of each raised a one-face run's peak memory by 90 MB. The models
     are read-only once loaded; the lock keeps one call at a time on each (dlib's calls hold
-    the GIL today, and the network keeps scratch buffers between layers)."""
+    the GIL today, and the network keeps scratch buffers between layers). The HOG detector
+    takes 0.67 s to build (twice a job: the stream's and the photos'), and its scanner keeps
+    the image it scans: its lock is held for the whole of a detection (it releases the GIL,
+    so the other stages go on meanwhile)."""
     with _LOADING:
         found = _LOADED.get(kind)
         if found is None:
             import dlib
 
-            path = model_path(kind)
-            model = dlib.shape_predictor(path) if kind == "landmarks" else dlib.face_recognition_model_v1(path)
+            if kind == "hog":
+                model = dlib.get_frontal_face_detector()
+            else:
+                path = model_path(kind)
+                model = dlib.shape_predictor(path) if kind == "landmarks" else dlib.face_recognition_model_v1(path)
             found = _LOADED[kind] = (model, threading.Lock())
         return found
