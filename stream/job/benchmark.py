@@ -10,6 +10,8 @@ peak so far).
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -27,7 +29,13 @@ _STATUS = Path("/proc/self/status")
 
 
 def reset_peak_rss() -> bool:
-    """Reset this process's peak resident memory (Linux's VmHWM); False where it cannot be."""
+    """Reset this process's peak resident memory (Linux's VmHWM) to what it holds now, after
+    handing freed memory back to the system (glibc's malloc_trim: what earlier runs and the
+    clips' making freed would otherwise count in this run's peak); False where it cannot be."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
     try:
         _CLEAR_REFS.write_text("5")
         return True
@@ -124,6 +132,7 @@ def measure(job: SwapJob, label: str, clip: str, repeat: int = 1, target_fps: fl
             for _ in range(max(repeat, 1)):
                 for mode in ("staged", "serial"):
                     pipeline.staged = mode == "staged"  # read when each run is assembled
+                    gc.collect()
                     reset = reset_peak_rss()
                     report = dict(run_video(job, clip, out).report)
                     report["run_peak_rss_mb"] = round(run_peak_rss_mb(reset), 1)
