@@ -43,7 +43,7 @@ class DlibHogDetector:
     name = "dlib-hog"
 
     def __init__(self, max_side: int = 1024, upsample: int = 0, threshold: float = 0.0,
-                 max_upscale: float = 1.0, refine: bool = False) -> None:
+                 max_upscale: float = 1.0, refine: bool = False, shared: bool = False) -> None:
         if max_upscale < 1.0:
             raise ValueError(f"max_upscale must be >= 1, got {max_upscale}")
         self.max_side = max_side
@@ -51,6 +51,7 @@ class DlibHogDetector:
         self.threshold = threshold
         self.max_upscale = max_upscale
         self.refine = refine
+        self.shared = shared
         self.calls = 0
         self._detector: dlib.fhog_object_detector | None = None
         self._lock = threading.Lock()
@@ -58,8 +59,15 @@ class DlibHogDetector:
 
     def open(self) -> None:
         if self._detector is None:
-            # One a process, shared by every HOG detector under its lock (engines.dlib_models).
-            self._detector, self._lock = shared_model("hog")
+            if self.shared:
+                # One a process, shared by every shared HOG detector under its lock
+                # (engines.dlib_models): the photos' detector, used when a job opens.
+                self._detector, self._lock = shared_model("hog")
+            else:
+                # A stream's own: its detections (in line and in the background) never wait
+                # for another's. One shared by the stream and the photos made a live run's
+                # first second deliver 2-9 frames instead of 20-30 (tests/test_live*.py).
+                self._detector = dlib.get_frontal_face_detector()
 
     def scale_for(self, width: int, height: int) -> float:
         """The factor the frame is scaled by before HOG scans it."""

@@ -46,7 +46,7 @@ class EngineSet:
 def _photo_detector() -> Detector:
     from engines.dlib_detector import DlibHogDetector
 
-    return DlibHogDetector(max_side=2048, upsample=1)
+    return DlibHogDetector(max_side=2048, upsample=1, shared=True)
 
 
 def _verified(detector: Detector, verify: bool) -> Detector:

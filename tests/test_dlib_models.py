@@ -63,11 +63,15 @@ def test_each_model_is_loaded_once_a_process_and_shared() -> None:
     for e in embedders:
         e.open()
     assert embedders[0]._model is embedders[1]._model is filt.embedder._model
-    # The HOG detector (0.67 s to build) too: the stream's and the photos' are one.
-    hogs = DlibHogDetector(1024, 0), DlibHogDetector(640, 1, refine=True)
-    for h in hogs:
+    # The photos' HOG detectors (0.67 s to build) too; a stream's own is its own, so its
+    # detections never wait for another's.
+    photos = DlibHogDetector(2048, 1, shared=True), DlibHogDetector(2048, 1, shared=True)
+    for h in photos:
         h.open()
-    assert hogs[0]._detector is hogs[1]._detector is filt.detector._detector
+    assert photos[0]._detector is photos[1]._detector
+    stream = DlibHogDetector(1024, 0)
+    stream.open()
+    assert stream._detector is not photos[0]._detector and stream._detector is not filt.detector._detector
 
 
 def test_a_shared_landmarker_gives_each_thread_its_own_answer() -> None:
@@ -114,12 +118,12 @@ def test_a_shared_detector_gives_each_thread_its_own_boxes() -> None:
     from stream.media.demo_clips import astronaut
 
     pictures = [FrameViews(cv2.resize(astronaut(), None, fx=s, fy=s)) for s in (0.7, 1.0, 1.4)]
-    alone = [DlibHogDetector(1024, 0, refine=True).forward(p) for p in pictures]
+    alone = [DlibHogDetector(1024, 0, refine=True, shared=True).forward(p) for p in pictures]
     assert all(alone)
     got: dict[int, list] = {i: [] for i in range(3)}
 
     def work(i: int) -> None:
-        mine = DlibHogDetector(1024, 0, refine=True)
+        mine = DlibHogDetector(1024, 0, refine=True, shared=True)
         for _ in range(6):
             got[i].append(mine.forward(pictures[i]))
 
