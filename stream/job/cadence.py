@@ -1,5 +1,5 @@
-"""Live runs adapt to load: optional quality steps are shed first, then detection runs
-less often; both come back, in the reverse order, while the run keeps up."""
+"""Live runs adapt to load: optional quality steps are shed and detection runs less often;
+both come back, detection first, while the run keeps up."""
 from __future__ import annotations
 
 import logging
@@ -38,8 +38,9 @@ def sheddable(config: Config, swapper: object) -> list[str]:
 
 class AdaptiveCadence:
     """While the pipeline drops frames, sheds one optional step a second (`steps`, in
-    order; `use_skip` is given the set shed so far), then, with none left, doubles the
-    tracker's detection interval (up to CADENCE_MAX_FACTOR times the base). While it keeps
+    order; `use_skip` is given the set shed so far) and doubles the tracker's detection
+    interval (up to CADENCE_MAX_FACTOR times the base): detection, the largest cost, backs
+    off at once, as it did before steps could be shed. While it keeps
     up, every three calm seconds take back one change, the last made first: detection's
     cadence comes down to its base before the steps return. Called for every frame
     delivered."""
@@ -76,7 +77,7 @@ class AdaptiveCadence:
             left = [s for s in self.steps if s not in self.shed]
             if left and self.use_skip is not None:
                 self._shed([*self.shed, left[0]], f"{new_drops} frames dropped")
-            elif every < self.max_every:
+            if every < self.max_every:
                 self._set(min(every * 2, self.max_every), f"{new_drops} frames dropped")
         else:
             self._calm += 1
