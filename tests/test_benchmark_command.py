@@ -63,8 +63,9 @@ def test_json_holds_the_same_runs(built_in: tuple[str, dict]) -> None:
     assert clip["latency"]["p95_ms"] >= clip["latency"]["p50_ms"] > 0
     assert clip["peak_rss_mb"] > 50
     # The verdict follows from the figures: 30 fps is 33.3 ms a frame.
-    assert clip["frame_ms"] == pytest.approx(1000 / clip["fps"]["staged"], abs=0.01)
-    assert clip["spare_ms"] == pytest.approx(1000 / 30 - clip["frame_ms"], abs=0.01)
+    # (fps is shown to 0.01, so the ms it gives are good to 0.1%)
+    assert clip["frame_ms"] == pytest.approx(1000 / clip["fps"]["staged"], rel=1e-3)
+    assert clip["spare_ms"] == pytest.approx(1000 / 30 - clip["frame_ms"], abs=0.02)
     assert clip["real_time"] == (clip["fps"]["staged"] >= 30)
     assert verdict(clip) in out
     assert f"staged {clip['fps']['staged']:.1f}, serial {clip['fps']['serial']:.1f}" in out
