@@ -77,7 +77,6 @@ def test_each_model_is_loaded_once_a_process_and_shared() -> None:
 def test_a_shared_landmarker_gives_each_thread_its_own_answer() -> None:
     """Calls from several threads at once (a server's pipelines, a background detection)
     return what each would alone."""
-    import threading
 
     import cv2
     import numpy as np
@@ -97,11 +96,7 @@ def test_a_shared_landmarker_gives_each_thread_its_own_answer() -> None:
         for _ in range(30):
             got[i].append(mine.forward(frames[i], boxes[i]))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(work, 3)
     for i in range(3):
         assert all(np.array_equal(p, alone[i]) for p in got[i])
 
@@ -109,7 +104,6 @@ def test_a_shared_landmarker_gives_each_thread_its_own_answer() -> None:
 def test_a_shared_detector_gives_each_thread_its_own_boxes() -> None:
     """The HOG scanner keeps the picture it scans: detections from several threads at once
     (a background detection beside a photo's) each get their own picture's boxes."""
-    import threading
 
     import cv2
 
@@ -127,10 +121,17 @@ def test_a_shared_detector_gives_each_thread_its_own_boxes() -> None:
         for _ in range(6):
             got[i].append(mine.forward(pictures[i]))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    _in_threads(work, 3)
+    for i in range(3):
+        assert all(boxes == alone[i] for boxes in got[i])
+
+
+def _in_threads(work, n: int) -> None:  # noqa: ANN001
+    """`work(i)` for i in 0..n-1, each on a thread of its own, all at once; back when all end."""
+    import threading
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    for i in range(3):
-        assert all(boxes == alone[i] for boxes in got[i])
