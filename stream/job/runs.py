@@ -119,9 +119,10 @@ def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
              on_start: Callable[[Pipeline], None] | None = None) -> JobResult:
     """A live run: `source` (opened) through the live rings to `sink` (opened here), until
     the source ends, `duration` seconds pass, a sink asks to stop, or someone calls the
-    pipeline's `stop()`. Optional quality steps, then detection's cadence, adapt to load;
-    `status` gets the figures every second (see StatusLine.figures). `faces` replaces the
-    job's source faces for this run; `on_start` gets the pipeline before it starts (to stop it, or to change faces)."""
+    pipeline's `stop()`. Optional quality steps and detection's cadence adapt to load
+    (stream.job.cadence); `status` gets the figures every second (see StatusLine.figures).
+    `faces` replaces the job's source faces for this run; `on_start` gets the pipeline
+    before it starts (to stop it, or to change faces)."""
     info = source.info
     if info is None:
         raise ValueError(f"{source.name}: open the source before the run")
