@@ -78,6 +78,12 @@ class TrackConfig:
     # Look for what stands in front of each face (its appearance against the one remembered
     # while it was seen clean, engines/occlusion.py): the classical swap leaves it in front.
     occlusion: bool = True
+    # Frames between the 68-point predictor's placements of a followed face's points (1: every
+    # frame). Between them the last points move as the optical flow moved the face's picture
+    # (the similarity it fits anyway), and the faces take turns, so a frame runs the predictor
+    # on 1/n of them. The predictor holds the GIL (3.5 ms a face in the pipeline); a track's
+    # first frame, a detection's, and a face the flow cannot follow cleanly always get it.
+    landmarks_every: int = 1
 
     def __post_init__(self) -> None:
         _check(0.0 < self.match_iou < 1.0, f"track.match_iou must be in (0, 1), got {self.match_iou}")
@@ -90,6 +96,9 @@ class TrackConfig:
         _check(self.smoother in SMOOTHERS,
                f"track.smoother must be one of {', '.join(SMOOTHERS)}, got {self.smoother!r}")
         _check(isinstance(self.occlusion, bool), f"track.occlusion must be true or false, got {self.occlusion!r}")
+        _check(isinstance(self.landmarks_every, int) and not isinstance(self.landmarks_every, bool)
+               and 1 <= self.landmarks_every <= 8,
+               f"track.landmarks_every must be a whole number from 1 to 8, got {self.landmarks_every!r}")
         _check(self.points in ALIGN_POINTS,
                f"track.points must be one of {', '.join(ALIGN_POINTS)}, got {self.points!r}")
 

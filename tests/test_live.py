@@ -181,7 +181,8 @@ def test_a_slow_sink_drops_old_frames_instead_of_queueing(live_job: SwapJob, cam
     source = open_source(str(camera_clip))
     source.open()
     sink = SlowSink(delay=0.1)  # 10 fps out of a 30 fps camera
-    result = run_live(live_job, source, FanoutSink([sink]), "slow")
+    started = []
+    result = run_live(live_job, source, FanoutSink([sink]), "slow", on_start=started.append)
     rep = result.report
     assert sink.closed
     assert rep["frames_in"] + rep["input"].get("skipped", 0) == 60  # (a stalled reader skips)
@@ -198,8 +199,11 @@ def test_a_slow_sink_drops_old_frames_instead_of_queueing(live_job: SwapJob, cam
     # Under load the optional quality steps were shed, the costliest first, one a second (the
     # clip lasts two), and the tracker detected less often, never beyond 4x its cadence.
     live = rep["live"]
-    assert live["sheddable"] == ["resample", "occlusion", "shading", "lip_color", "detail"]
+    assert live["sheddable"] == ["landmarks_each_frame", "resample", "occlusion", "shading", "lip_color", "detail"]
     assert 1 <= len(live["shed"]) <= 2 and live["shed"] == live["sheddable"][:len(live["shed"])]
+    # The first shed: the predictor places each face's points every other frame (the run
+    # ended before three calm seconds could take it back).
+    assert started[0].tracker.landmarks_every == 2 and live_job.config.track.landmarks_every == 1
     assert 2 < live["detect_every_max"] <= 8
     time.sleep(0.2)
     assert threading.active_count() <= before
@@ -289,15 +293,17 @@ def test_sheddable_steps_follow_the_config_and_the_swapper() -> None:
     from stream.job.cadence import sheddable
 
     classical = ClassicalSwapper()
-    assert sheddable(load_config(None), classical) == ["resample", "occlusion", "shading", "lip_color", "detail"]
+    assert sheddable(load_config(None), classical) == ["landmarks_each_frame", "resample", "occlusion", "shading",
+                                                       "lip_color", "detail"]
     assert sheddable(load_config("fast"), classical) == []  # fast runs none of them
-    assert sheddable(load_config(None, ["swap.color_transfer=false", "track.occlusion=false"]), classical) \
-        == ["resample", "shading", "detail"]
+    assert sheddable(load_config(None, ["swap.color_transfer=false", "track.occlusion=false",
+                                        "track.landmarks_every=3"]), classical) == ["resample", "shading", "detail"]
 
     class Neural:  # no optional steps, no occluders cut
         pass
 
-    assert sheddable(load_config(None), Neural()) == []
+    assert sheddable(load_config(None), Neural()) == ["landmarks_each_frame"]  # the tracker's own
+    assert sheddable(load_config(None, ["track.points=detector", "detect.every=1"]), Neural()) == []  # no points to carry
 
 
 def test_cadence_backs_off_under_drops_and_returns_when_calm() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import cv2
+import numpy as np
 import pytest
 
 from engines.classical_swapper import ClassicalOptions
@@ -250,3 +251,32 @@ def test_quality_keeps_the_points_of_a_face_a_cup_enlarges_the_box_of(monkeypatc
         assert tracker.boxes_kept >= (1 if check else 0)
     else:
         assert wider > 1.2 and tracker.boxes_kept == 0
+
+
+def _points(engines, frames, every: int):  # type: ignore[no-untyped-def]
+    """Each frame's (track id -> smoothed points) and the predictor's calls, with the
+    predictor placing each face's points every `every` frames."""
+    cfg = Config()
+    track = dataclasses.replace(cfg.track, landmarks_every=every)
+    tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, cfg.detect, track)
+    before = engines.landmarker.calls
+    out = [{t.id: t.landmarks.copy() for t in tracker.update(FrameViews(f), i, i / 30)} for i, f in enumerate(frames)]
+    return out, engines.landmarker.calls - before, tracker.points_carried
+
+
+@pytest.mark.parametrize("make_scene", [rotate_scene, small_scene])
+def test_points_carried_by_the_flow_between_the_predictors_turns(engines, make_scene) -> None:  # type: ignore[no-untyped-def]
+    # track.landmarks_every 2 (the fast preset): the predictor places each face's points every
+    # other frame, the flow carries them between; they stay where the predictor would put them.
+    frames = [f for f, _ in scene_frames(make_scene())]
+    each, calls_each, carried_each = _points(engines, frames, 1)
+    alt, calls_alt, carried_alt = _points(engines, frames, 2)
+    assert carried_each == 0 and carried_alt > 0
+    assert calls_alt + carried_alt == calls_each and calls_alt < 0.6 * calls_each
+    gaps = []
+    for a, b in zip(each, alt):
+        assert a.keys() == b.keys()
+        for tid, points in a.items():
+            eyes = np.linalg.norm(points[36:42].mean(axis=0) - points[42:48].mean(axis=0))
+            gaps.append(float(np.linalg.norm(points - b[tid], axis=1).mean() / eyes))
+    assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15

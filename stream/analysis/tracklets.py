@@ -215,6 +215,10 @@ class Tracker:
         self.redetections = 0
         self.boxes_kept = 0  # detections whose box was taken for a jump of the box (BOX_JUMP)
         self._prev_grey: np.ndarray | None = None  # the last frame, for the faces' optical flow
+        # Frames between the predictor's placements of a face's points (track.landmarks_every;
+        # a live run that falls behind raises it: stream.job.cadence).
+        self.landmarks_every = track.landmarks_every
+        self.points_carried = 0  # a face's points moved by the flow instead of placed (landmarks_every)
 
     @property
     def tracks_started(self) -> int:
@@ -288,7 +292,7 @@ class Tracker:
             followed.append(tr)
         self.tracks = followed
         alive: list[Track] = []
-        found = self.landmarker.forward_many(frame, [tr.box for tr in self.tracks]) if self.tracks else []
+        found = self._place_points(frame, seq)
         for k, tr in enumerate(self.tracks):
             if tr.matched:
                 kept, tr.box_kept = tr.box_kept, False
@@ -325,6 +329,28 @@ class Tracker:
                 self._prev_grey = np.empty_like(grey)
             np.copyto(self._prev_grey, grey)
         return [tr for tr in alive if tr.missed == 0]
+
+    def _place_points(self, frame: FrameViews, seq: int) -> list[Landmarks68]:
+        """Each track's points this frame: the predictor's in its box, or, for a face followed
+        cleanly between the predictor's turns (track.landmarks_every), its last points moved
+        as the flow moved its picture. The faces take turns (by id), so each frame runs the
+        predictor on about 1/n of them."""
+        every = self.landmarks_every
+        found: list[Landmarks68 | None] = [None] * len(self.tracks)
+        placed = []
+        for k, tr in enumerate(self.tracks):
+            if (every > 1 and tr.age and not tr.matched and tr.step is not None and tr.flowed
+                    and not (tr.coasted or tr.covered or tr.held or tr.doubted)
+                    and (seq + tr.id) % every):
+                found[k] = (tr.raw @ tr.step[:, :2].T + tr.step[:, 2]).astype(np.float32)
+                self.points_carried += 1
+            else:
+                placed.append(k)
+        if placed:
+            boxes = [self.tracks[k].box for k in placed]
+            for k, points in zip(placed, self.landmarker.forward_many(frame, boxes)):
+                found[k] = points
+        return found  # type: ignore[return-value]
 
     def _check_box(self, tr: Track, frame: FrameViews, grey: np.ndarray | None,
                    found: list[Landmarks68], k: int) -> None:

@@ -17,19 +17,26 @@ CADENCE_MAX_FACTOR = 4
 
 
 # Optional steps in the order a run falling behind sheds them (the costliest a face first,
-# tools/cost_parts.py on the six-face clip): the squeezed-triangle sampling (1.3 ms), the
-# occlusion finder (1.2 ms), shading (0.7 ms), lip colour (0.6 ms), detail (0.35 ms).
-SHED_ORDER = ("resample", "occlusion", "shading", "lip_color", "detail")
+# tools/cost_parts.py on the six-face clip): the predictor on every frame (1.7 ms: shed, it
+# places each face's points every other frame and the flow carries them between, as
+# track.landmarks_every 2 does), the squeezed-triangle sampling (1.3 ms), the occlusion
+# finder (1.2 ms), shading (0.7 ms), lip colour (0.6 ms), detail (0.35 ms).
+SHED_ORDER = ("landmarks_each_frame", "resample", "occlusion", "shading", "lip_color", "detail")
+SHED_LANDMARKS_EVERY = 2  # track.landmarks_every while "landmarks_each_frame" is shed
 
 
 def sheddable(config: Config, swapper: object) -> list[str]:
     """The optional steps this run does and may shed, in SHED_ORDER: those the swapper
-    names in `optional_steps` that the config has on, and the occlusion finder where the
-    swapper cuts occluders out and the config looks for them."""
+    names in `optional_steps` that the config has on, the occlusion finder where the
+    swapper cuts occluders out and the config looks for them, and the predictor on every
+    frame where the config runs it so (track.landmarks_every 1)."""
     swap = config.swap
     on = {"resample": swap.resample, "shading": swap.shading > 0,
           "lip_color": swap.lip_color and swap.color_transfer, "detail": swap.detail > 0}
     steps = set(getattr(swapper, "optional_steps", ()))
+    if config.track.landmarks_every == 1 and config.track.points == "landmarks":
+        steps.add("landmarks_each_frame")
+        on["landmarks_each_frame"] = True
     if getattr(swapper, "cuts_occluders", False) and config.track.occlusion:
         steps.add("occlusion")
         on["occlusion"] = True

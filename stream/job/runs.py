@@ -7,7 +7,7 @@ from typing import Any
 
 from stream.errors import SinkError, SourceError
 from stream.job.assembly import Pipeline, assemble
-from stream.job.cadence import AdaptiveCadence, sheddable
+from stream.job.cadence import SHED_LANDMARKS_EVERY, AdaptiveCadence, sheddable
 from stream.job.report import JobResult, Written, run_and_report
 from stream.job.status import StatusLine, sink_report
 from stream.job.swap_job import SwapJob
@@ -145,8 +145,12 @@ def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
         pipeline = _assemble(job, (info.height, info.width), source, sink, True, faces, on_frame, metrics)
         analyse = pipeline.analyse
 
+        tracker, landmarks_every = pipeline.tracker, job.config.track.landmarks_every
+
         def use_skip(skip: frozenset[str]) -> None:
             analyse.skip = skip
+            shed = "landmarks_each_frame" in skip
+            tracker.landmarks_every = max(landmarks_every, SHED_LANDMARKS_EVERY) if shed else landmarks_every
 
         cadence = AdaptiveCadence(pipeline.tracker, pipeline.rings, job.config.detect.every,
                                   sheddable(job.config, pipeline.composite.paster), use_skip)
