@@ -217,7 +217,20 @@ def face_pixels(ycc: np.ndarray, mask: Mask) -> Mask:
 
 
 def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
-    """Reinhard colour transfer: match the patch's per-channel mean/std to the target's.
+    """Reinhard colour transfer (`color_matrix`, applied): the patch's colours matched to
+    the target's skin. Returns a new image; the patch itself when the mask has too few pixels."""
+    matrix = color_matrix(patch, target, mask)
+    return patch if matrix is None else apply_color(patch, matrix)
+
+
+def apply_color(patch: ImageBGR, matrix: np.ndarray) -> ImageBGR:
+    """`patch` through a colour transfer's 3x4 BGR matrix (saturated back to uint8)."""
+    return cv2.transform(patch, matrix)
+
+
+def color_matrix(patch: ImageBGR, target: ImageBGR, mask: Mask) -> np.ndarray | None:
+    """The 3x4 BGR matrix of a Reinhard colour transfer: the patch's per-channel mean and
+    spread matched to the target's.
 
     The channels are luma and the two chroma differences (YCrCb), which are far less
     correlated than B, G, R, so matching them one by one keeps hues. Statistics are taken
@@ -226,15 +239,15 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
     the chroma spread is matched but never widened, so the result's skin has the target's
     colour whatever the source's (grey, low-chroma or tinted). Because YCrCb is linear in
     BGR, the whole transfer is one 3x4 matrix applied to the BGR patch (no colour-space round
-    trip). In each image the statistics leave out a large share of pixels far from most of
-    the mask's colours (`face_pixels`): the wall behind a turned face, taken in by its mask,
-    would otherwise pull the mean and widen the spread, and the swap would come out tinted
-    and harsher, its shade changing as the share of wall does.
-    Returns a new image; the patch itself when the mask has too few pixels.
+    trip): this returns it (None when the mask has too few pixels). In each image the
+    statistics leave out a large share of pixels far from most of the mask's colours
+    (`face_pixels`): the wall behind a turned face, taken in by its mask, would otherwise
+    pull the mean and widen the spread, and the swap would come out tinted and harsher, its
+    shade changing as the share of wall does.
     """
     count = cv2.countNonZero(mask)
     if count < _MIN_STAT_PIXELS:
-        return patch
+        return None
     if count >= 4 * _STAT_SAMPLE:
         # A large face's statistics from every other pixel of every other row: the same means
         # and spreads to a fraction of a level, at a quarter of the cost (a 200 px face's
@@ -254,8 +267,7 @@ def transfer_color(patch: ImageBGR, target: ImageBGR, mask: Mask) -> ImageBGR:
     matrix = np.empty((3, 4), np.float32)
     matrix[:, :3] = linear
     matrix[:, 3] = mean_t - linear @ mean_s
-    # cv2.transform saturates back to uint8 in one pass.
-    return cv2.transform(patch, matrix)
+    return matrix
 
 
 # The lips' colour: their soft edge (a Gaussian's sigma, as a share of the face's size, at

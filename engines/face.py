@@ -54,7 +54,10 @@ class Face:
     handle for looking for occluders (None: not looked for); `occlusion`: what was found in
     front of the face this frame (engines.occlusion.find_occluders; None: nothing). `skip`:
     optional steps the swapper leaves out for this face this frame (names from its
-    `optional_steps`; a live run that falls behind sheds them)."""
+    `optional_steps`; a live run that falls behind sheds them). `memo`: the track's own store,
+    the same dict on each of its frames (None: a face without a track, a photo's), where the
+    composite keeps what need not be measured anew each frame; only the composite stage
+    writes it."""
 
     box: Box
     landmarks: Landmarks68
@@ -64,6 +67,7 @@ class Face:
     occlusion: Occlusion | None = None
     look: Look | None = None
     skip: frozenset[str] = frozenset()
+    memo: dict[str, Any] | None = None
 
     @property
     def width(self) -> float:

@@ -303,7 +303,8 @@ def test_sheddable_steps_follow_the_config_and_the_swapper() -> None:
         pass
 
     assert sheddable(load_config(None), Neural()) == ["landmarks_each_frame"]  # the tracker's own
-    assert sheddable(load_config(None, ["track.points=detector", "detect.every=1"]), Neural()) == []  # no points to carry
+    # Aligned on the detector's five points: no 68 points to carry.
+    assert sheddable(load_config(None, ["track.points=detector", "detect.every=1"]), Neural()) == []
 
 
 def test_cadence_backs_off_under_drops_and_returns_when_calm() -> None:

@@ -1004,3 +1004,48 @@ def test_a_faces_skip_leaves_out_its_steps_as_the_config_would(astro):
     assert np.array_equal(shed, swapped(without, face))
     assert not np.array_equal(shed, swapped(full, face))  # the steps do change this face
     assert set(ClassicalSwapper.optional_steps) == steps
+
+
+def test_a_followed_faces_colour_transfer_is_measured_every_n_frames(astro, source, monkeypatch):
+    # swap.color_every 3: a face with a track (its memo) has its colour transfer measured on
+    # every third of its frames, counted from its track id so the faces of a frame take turns,
+    # and the matrix last measured applied between; a face without a track is measured each time.
+    frames = []
+    for k in range(7):
+        frame, points = move(astro, similarity(angle=2.0 * k, shift=(3.0 * k, 0.0)), size=(640, 480))
+        frame[:, :, 0] = np.clip(frame[:, :, 0].astype(np.int16) + 6 * k, 0, 255).astype(np.uint8)  # light changes
+        frames.append((frame, points))
+    measured: list[int] = []
+    real = classical_swapper.color_matrix
+
+    def counting(patch, target, mask):  # noqa: ANN001, ANN202
+        measured.append(len(measured))
+        return real(patch, target, mask)
+
+    monkeypatch.setattr(classical_swapper, "color_matrix", counting)
+
+    def run(every: int, memo: dict | None, track_id: int) -> list[np.ndarray]:
+        swapper = ClassicalSwapper(ClassicalOptions(color_every=every))
+        out = []
+        for frame, points in frames:
+            face = Face(box=face_of(points).box, landmarks=points, track_id=track_id, memo=memo)
+            result = swapper.forward(frame, face, source)
+            pasted = frame.copy()
+            swapper.paste(pasted, face, result)
+            out.append(pasted)
+        return out
+
+    each = run(1, {}, 4)
+    assert len(measured) == 7
+    measured.clear()
+    memo: dict = {}
+    kept = run(3, memo, 4)  # 4 % 3 = 1: measured on its frames 2 and 5, and first on frame 0
+    assert len(measured) == 3 and memo["color_n"] == 1 + 7
+    for k in (0, 2, 5):
+        assert np.array_equal(kept[k], each[k])
+    assert not np.array_equal(kept[1], each[1])  # the light moved on: frame 0's matrix applied
+    measured.clear()
+    no_track = run(3, None, -1)
+    assert len(measured) == 7 and all(np.array_equal(a, b) for a, b in zip(no_track, each))
+    with pytest.raises(ValueError, match="swap.color_every must be a whole number from 1 to 30, got 0"):
+        ClassicalOptions(color_every=0)

@@ -59,6 +59,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -178,10 +179,11 @@ class Track:
     look: Look | None = field(default=None, repr=False)  # this frame's, for the composite stage
     covered: bool = False  # the flow lost part of its face (COVERED_SHARE): something in front
     box_kept: bool = False  # its last detection's box was taken for a jump (BOX_JUMP)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)  # the composite's, per track (Face.memo)
 
     def face(self) -> Face:
         return Face(box=landmark_box(self.landmarks), landmarks=self.landmarks,
-                    score=self.score, track_id=self.id, kps5=self.kps5, look=self.look)
+                    score=self.score, track_id=self.id, kps5=self.kps5, look=self.look, memo=self.memo)
 
 
 class Tracker:
