@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import cv2
 import dlib
 import numpy as np
 
 from engines.dlib_models import shared_model
-from engines.face import Box
+from engines.face import Box, iou
 from engines.frame_views import FrameViews
 
 WINDOW = 80  # px: the smallest face HOG's frontal filters find, at the scale they scan
@@ -25,6 +26,13 @@ REFINE_SIZE = 90.0  # px: the face's width in the crop scanned
 REFINE_SCALES = (1.0, 1.1, 1.2)
 REFINE_PAD = 0.3  # the crop's margin around the box, as a fraction of its size
 REFINE_MATCH = 0.3  # a box found counts when its centre is this close (x the box's width)
+
+
+SETTLED_IOU = 0.5  # a box overlapping a settled box this much is that face's: not refined
+
+
+def _overlaps(box: Box, others: Sequence[Box]) -> bool:
+    return any(iou(box, o) >= SETTLED_IOU for o in others)
 
 
 class DlibHogDetector:
@@ -77,7 +85,15 @@ class DlibHogDetector:
         """About the smallest face (px, in the frame) found in a frame of this size."""
         return WINDOW / (self.scale_for(width, height) * 2 ** self.upsample)
 
-    def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
+    @property
+    def refines_boxes(self) -> bool:
+        """Its boxes are refined (`forward` then takes `settled` boxes to leave as found)."""
+        return self.refine
+
+    def forward(self, frame: FrameViews, settled: Sequence[Box] = ()) -> list[tuple[Box, float]]:
+        """Face boxes and HOG's scores. With `refine`, each box is measured again, except a
+        box overlapping one of `settled` (SETTLED_IOU): the tracker's boxes of faces it
+        follows cleanly, which this detection only confirms."""
         if self._detector is None:
             self.open()
         assert self._detector is not None
@@ -99,7 +115,7 @@ class DlibHogDetector:
         boxes = [((r.left() * sx, r.top() * sy, (r.right() + 1) * sx, (r.bottom() + 1) * sy), float(s))
                  for r, s in zip(rects, scores)]
         if self.refine:
-            boxes = [(self.refine_box(gray, box), score) for box, score in boxes]
+            boxes = [(box if _overlaps(box, settled) else self.refine_box(gray, box), score) for box, score in boxes]
         return boxes
 
     def refine_box(self, gray: np.ndarray, box: Box) -> Box:

@@ -82,6 +82,15 @@ class Face:
         return max(0.0, self.width) * max(0.0, self.height)
 
 
+def iou(a: Box, b: Box) -> float:
+    """Intersection over union of two boxes (x0, y0, x1, y1); 0 when they do not meet."""
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
 @dataclass(frozen=True, eq=False)
 class SwapResult:
     """The swap stage's output for one face: the warped source in a frame region.

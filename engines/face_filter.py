@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from engines.dlib_embedder import DlibEmbedder
 from engines.dlib_landmarker import DlibLandmarker
-from engines.face import Box, ImageBGR, Landmarks68
+from engines.face import Box, ImageBGR, Landmarks68, iou
 from engines.face_filter_weights import BIAS, SCALE, WEIGHTS
 from engines.frame_views import FrameViews
 from engines.protocols import Detector
@@ -128,8 +129,14 @@ class FaceFilter:
         with self._lock:  # the landmarker and embedder may be busy with a background detection
             return self.is_face(frame, box, 0.0)
 
-    def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
-        found = self.detector.forward(frame)
+    @property
+    def refines_boxes(self) -> bool:
+        return bool(getattr(self.detector, "refines_boxes", False))
+
+    def forward(self, frame: FrameViews, settled: Sequence[Box] = ()) -> list[tuple[Box, float]]:
+        """The detector's boxes that are faces; `settled` goes to a detector that refines
+        its boxes (DlibHogDetector.forward)."""
+        found = self.detector.forward(frame, settled) if settled else self.detector.forward(frame)
         with self._lock:  # a live run may detect in line while a background detection runs
             self._detections += 1
             now = self._detections
@@ -153,7 +160,7 @@ class FaceFilter:
         for v in self._memory:
             if v.seen_at == now:
                 continue  # already taken by another box of this detection
-            o = _iou(v.box, box)
+            o = iou(v.box, box)
             if o >= overlap:
                 best, overlap = v, o
         if best is None:
@@ -163,11 +170,3 @@ class FaceFilter:
             return None
         best.box, best.seen_at = box, now
         return best
-
-
-def _iou(a: Box, b: Box) -> float:
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = ix * iy
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0

@@ -38,6 +38,11 @@ class DetectConfig:
     # dlib engine: each box measured again in a crop around it (HOG's boxes come in its
     # pyramid's and cells' steps, and the 68 points move with the box; about 6 ms a face).
     refine: bool = True
+    # With refine: a face the optical flow follows cleanly has its box refined, and taken,
+    # at one detection in N; at the others the detection only confirms the face, its box
+    # left where the flow carried it (1: every detection refines every box). Refining is
+    # 14-17 ms a box, on the detection's thread; a face's first box is always refined.
+    refine_every: int = 1
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, f"detect.every must be >= 1, got {self.every}")
@@ -47,6 +52,9 @@ class DetectConfig:
         _check(self.upsample in (0, 1, 2), f"detect.upsample must be 0, 1 or 2, got {self.upsample}")
         _check(isinstance(self.verify, bool), f"detect.verify must be true or false, got {self.verify!r}")
         _check(isinstance(self.refine, bool), f"detect.refine must be true or false, got {self.refine!r}")
+        _check(isinstance(self.refine_every, int) and not isinstance(self.refine_every, bool)
+               and 1 <= self.refine_every <= 30,
+               f"detect.refine_every must be a whole number from 1 to 30, got {self.refine_every!r}")
 
 
 SMOOTHERS = ("pose", "one-euro")

@@ -280,3 +280,40 @@ def test_points_carried_by_the_flow_between_the_predictors_turns(engines, make_s
             eyes = np.linalg.norm(points[36:42].mean(axis=0) - points[42:48].mean(axis=0))
             gaps.append(float(np.linalg.norm(points - b[tid], axis=1).mean() / eyes))
     assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15
+
+
+def _refined_run(engines, frames, every: int, monkeypatch):  # type: ignore[no-untyped-def]
+    """Each frame's (track id -> points), the boxes refined and the detections that only
+    confirmed a face, with detect.refine_every `every` (detection every 4 frames)."""
+    refined: list[int] = []
+    real = DlibHogDetector.refine_box
+
+    def counting(self, gray, box):  # type: ignore[no-untyped-def]
+        refined.append(1)
+        return real(self, gray, box)
+
+    monkeypatch.setattr(DlibHogDetector, "refine_box", counting)
+    cfg = Config()
+    detect = dataclasses.replace(cfg.detect, every=4, refine_every=every)
+    tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, detect, cfg.track)
+    out = [{t.id: t.landmarks.copy() for t in tracker.update(FrameViews(f), i, i / 30)} for i, f in enumerate(frames)]
+    return out, len(refined), tracker.confirmations
+
+
+@pytest.mark.parametrize("make_scene", [rotate_scene, small_scene])
+def test_a_followed_faces_box_is_refined_at_one_detection_in_n(engines, make_scene, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # detect.refine_every 3: a face the flow follows cleanly has its box refined (14-17 ms a
+    # box) at one detection in three; the others only confirm it and its box stays where the
+    # flow carried it. Its points stay close to where refining every box puts them.
+    frames = [f for f, _ in scene_frames(make_scene())]
+    each, refined_each, confirmed_each = _refined_run(engines, frames, 1, monkeypatch)
+    some, refined_some, confirmed_some = _refined_run(engines, frames, 3, monkeypatch)
+    assert confirmed_each == 0 and confirmed_some > 0
+    assert refined_some < 0.6 * refined_each
+    gaps = []
+    for a, b in zip(each, some):
+        assert a.keys() == b.keys()
+        for tid, points in a.items():
+            eyes = np.linalg.norm(points[36:42].mean(axis=0) - points[42:48].mean(axis=0))
+            gaps.append(float(np.linalg.norm(points - b[tid], axis=1).mean() / eyes))
+    assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,16 +32,20 @@ class BackgroundDetector:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.detections = 0
+        self._settled: list[Box] = []
 
     @property
     def pending(self) -> bool:
         """A detection is running (or its result not yet taken by `poll`)."""
         return self._pending or self._result is not None
 
-    def submit(self, image: ImageBGR) -> bool:
+    def submit(self, image: ImageBGR, settled: Sequence[Box] = ()) -> bool:
+        """Start a detection on `image` (`settled`: boxes the detector need not refine, see
+        DlibHogDetector.forward)."""
         with self._cond:
             if self._pending or self._closed:
                 return False
+            self._settled = list(settled)
             if self._image is None or self._image.shape != image.shape:
                 self._image = np.empty_like(image)
                 self._gray = np.empty(image.shape[:2], np.uint8)
@@ -67,10 +72,11 @@ class BackgroundDetector:
                     self._cond.wait()
                 if self._closed:
                     return
-                image, gray = self._image, self._gray
+                image, gray, settled = self._image, self._gray, self._settled
             assert image is not None
             try:
-                dets = self.detector.forward(FrameViews(image, gray))
+                frame = FrameViews(image, gray)
+                dets = self.detector.forward(frame, settled) if settled else self.detector.forward(frame)
                 error = None
             except Exception as exc:  # noqa: BLE001 - handed to the tracker's thread
                 dets, error = [], exc

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from engines.blend import face_turn
-from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, Look
+from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, Look, iou
 from engines.frame_views import FrameViews
 from engines.occlusion import AppearanceReference
 from engines.protocols import Detector, Embedder, Landmarker, PointDetector
@@ -113,14 +113,6 @@ KEEP_IOU = 0.5  # the face's own box must overlap the detection's this much to b
 MAX_TURN = 0.5
 VELOCITY_MIX = 0.5  # weight of this frame's shift in a track's velocity (an exponential average)
 COAST_KEEP = 0.7  # share of its velocity a coasting box keeps each frame (it travels <= 3.3x it)
-
-
-def iou(a: Box, b: Box) -> float:
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = ix * iy
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
 
 
 def landmark_box(points: Landmarks68) -> Box:
@@ -180,6 +172,7 @@ class Track:
     covered: bool = False  # the flow lost part of its face (COVERED_SHARE): something in front
     box_kept: bool = False  # its last detection's box was taken for a jump (BOX_JUMP)
     memo: dict[str, Any] = field(default_factory=dict, repr=False)  # the composite's, per track (Face.memo)
+    confirmed: int = 0  # detections in a row that only confirmed it (detect.refine_every)
 
     def face(self) -> Face:
         return Face(box=landmark_box(self.landmarks), landmarks=self.landmarks,
@@ -221,6 +214,8 @@ class Tracker:
         # a live run that falls behind raises it: stream.job.cadence).
         self.landmarks_every = track.landmarks_every
         self.points_carried = 0  # a face's points moved by the flow instead of placed (landmarks_every)
+        self.confirmations = 0  # detections that only confirmed a followed face (detect.refine_every)
+        self._settled_ids: set[int] = set()  # the tracks the pending detection only confirms
 
     @property
     def tracks_started(self) -> int:
@@ -412,11 +407,28 @@ class Tracker:
             self._force_detect = False
             self._last_detect = seq
             self._merge_detected(frame, seq)
-        elif bg.submit(frame.bgr):
+        elif bg.submit(frame.bgr, [self.tracks[k].box for k in sorted(self._settle())]):
             self._force_detect = False
             self._last_detect = seq
             for tr in self.tracks:
                 tr.at_submit = landmark_box(tr.raw) if tr.age else None
+
+    def _still_settled(self, tr: Track) -> bool:
+        return bool(tr.age and tr.flowed and not (tr.coasted or tr.covered or tr.held or tr.doubted or tr.box_kept))
+
+    def _settle(self) -> set[int]:
+        """The tracks whose boxes this detection only confirms (detect.refine_every; the
+        detector leaves their boxes unrefined): faces the flow follows cleanly whose box was
+        refined at one of their last refine_every - 1 detections. Returns their indexes in
+        `tracks` and remembers their ids for the merge."""
+        every = self.detect_cfg.refine_every
+        if every <= 1 or not self.detect_cfg.refine or self.track_cfg.points != "landmarks" \
+                or not getattr(self.detector, "refines_boxes", False):
+            self._settled_ids = set()
+            return set()
+        now = {k for k, tr in enumerate(self.tracks) if self._still_settled(tr) and tr.confirmed < every - 1}
+        self._settled_ids = {self.tracks[k].id for k in now}
+        return now
 
     def _match(self, dets: list[tuple[Box, float]],
                placed: Callable[[Track, Box], Box]) -> tuple[list[tuple[int, int]], list[int]]:
@@ -446,7 +458,8 @@ class Tracker:
             found = self.detector.forward_points(frame)  # type: ignore[attr-defined]
             self._merge([(box, score) for box, score, _ in found], frame, seq, [k for _, _, k in found])
         else:
-            self._merge(self.detector.forward(frame), frame, seq)
+            boxes = [self.tracks[k].box for k in sorted(self._settle())]
+            self._merge(self.detector.forward(frame, boxes) if boxes else self.detector.forward(frame), frame, seq)
 
     def _merge(self, dets: list[tuple[Box, float]], frame: FrameViews, seq: int,
                points: list[Keypoints5] | None = None) -> None:
@@ -479,9 +492,18 @@ class Tracker:
     def _apply(self, matched: list[tuple[int, int]], new: list[int], dets: list[tuple[Box, float]],
                frame: FrameViews, seq: int, placed: Callable[[Track, Box], Box],
                points: list[Keypoints5] | None = None) -> None:
+        settled, self._settled_ids = self._settled_ids, set()
         for ti, di in matched:
             tr = self.tracks[ti]
             box, tr.score = dets[di]
+            if tr.id in settled and self._still_settled(tr):
+                # Its box was not refined: the detection confirms the face, and its box stays
+                # where the flow carries it; the next detections but one refine it again.
+                tr.missed, tr.held, tr.doubted, tr.order = 0, 0, 0, di
+                tr.confirmed += 1
+                self.confirmations += 1
+                continue
+            tr.confirmed = 0
             tr.box = placed(tr, box)
             tr.matched, tr.missed, tr.held, tr.doubted = True, 0, 0, 0
             if tr.coasted:  # the detector sees it: its points are no occluder's, follow them
