@@ -253,6 +253,23 @@ def test_quality_keeps_the_points_of_a_face_a_cup_enlarges_the_box_of(monkeypatc
         assert wider > 1.2 and tracker.boxes_kept == 0
 
 
+def _each_frames_points(tracker: Tracker, frames) -> list[dict[int, np.ndarray]]:  # type: ignore[no-untyped-def]
+    """Each frame's returned tracks: track id -> smoothed points."""
+    return [{t.id: t.landmarks.copy() for t in tracker.update(FrameViews(f), i, i / 30)} for i, f in enumerate(frames)]
+
+
+def _gaps(want: list[dict[int, np.ndarray]], got: list[dict[int, np.ndarray]]) -> list[float]:
+    """For each face of each frame (the same faces in both runs), the mean distance of its
+    points in `got` from those in `want`, over the distance between its eyes' centres."""
+    gaps = []
+    for a, b in zip(want, got):
+        assert a.keys() == b.keys()
+        for tid, points in a.items():
+            eyes = np.linalg.norm(points[36:42].mean(axis=0) - points[42:48].mean(axis=0))
+            gaps.append(float(np.linalg.norm(points - b[tid], axis=1).mean() / eyes))
+    return gaps
+
+
 def _points(engines, frames, every: int):  # type: ignore[no-untyped-def]
     """Each frame's (track id -> smoothed points) and the predictor's calls, with the
     predictor placing each face's points every `every` frames."""
@@ -260,7 +277,7 @@ def _points(engines, frames, every: int):  # type: ignore[no-untyped-def]
     track = dataclasses.replace(cfg.track, landmarks_every=every)
     tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, cfg.detect, track)
     before = engines.landmarker.calls
-    out = [{t.id: t.landmarks.copy() for t in tracker.update(FrameViews(f), i, i / 30)} for i, f in enumerate(frames)]
+    out = _each_frames_points(tracker, frames)
     return out, engines.landmarker.calls - before, tracker.points_carried
 
 
@@ -273,12 +290,7 @@ def test_points_carried_by_the_flow_between_the_predictors_turns(engines, make_s
     alt, calls_alt, carried_alt = _points(engines, frames, 2)
     assert carried_each == 0 and carried_alt > 0
     assert calls_alt + carried_alt == calls_each and calls_alt < 0.6 * calls_each
-    gaps = []
-    for a, b in zip(each, alt):
-        assert a.keys() == b.keys()
-        for tid, points in a.items():
-            eyes = np.linalg.norm(points[36:42].mean(axis=0) - points[42:48].mean(axis=0))
-            gaps.append(float(np.linalg.norm(points - b[tid], axis=1).mean() / eyes))
+    gaps = _gaps(each, alt)
     assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15
 
 
@@ -296,8 +308,7 @@ def _refined_run(engines, frames, every: int, monkeypatch):  # type: ignore[no-u
     cfg = Config()
     detect = dataclasses.replace(cfg.detect, every=4, refine_every=every)
     tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, detect, cfg.track)
-    out = [{t.id: t.landmarks.copy() for t in tracker.update(FrameViews(f), i, i / 30)} for i, f in enumerate(frames)]
-    return out, len(refined), tracker.confirmations
+    return _each_frames_points(tracker, frames), len(refined), tracker.confirmations
 
 
 @pytest.mark.parametrize("make_scene", [rotate_scene, small_scene])
@@ -310,10 +321,5 @@ def test_a_followed_faces_box_is_refined_at_one_detection_in_n(engines, make_sce
     some, refined_some, confirmed_some = _refined_run(engines, frames, 3, monkeypatch)
     assert confirmed_each == 0 and confirmed_some > 0
     assert refined_some < 0.6 * refined_each
-    gaps = []
-    for a, b in zip(each, some):
-        assert a.keys() == b.keys()
-        for tid, points in a.items():
-            eyes = np.linalg.norm(points[36:42].mean(axis=0) - points[42:48].mean(axis=0))
-            gaps.append(float(np.linalg.norm(points - b[tid], axis=1).mean() / eyes))
+    gaps = _gaps(each, some)
     assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15
