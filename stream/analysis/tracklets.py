@@ -115,6 +115,18 @@ VELOCITY_MIX = 0.5  # weight of this frame's shift in a track's velocity (an exp
 COAST_KEEP = 0.7  # share of its velocity a coasting box keeps each frame (it travels <= 3.3x it)
 
 
+def _followed_cleanly(tr: Track) -> bool:
+    """The optical flow follows the face's picture, nothing in front of it, no detection
+    missing it: its points can be carried, its box trusted between refinements."""
+    return bool(tr.age and tr.flowed and not (tr.coasted or tr.covered or tr.held or tr.doubted))
+
+
+def _settled(tr: Track) -> bool:
+    """Followed cleanly, its box not just kept for a jump (BOX_JUMP): a detection may only
+    confirm it (detect.refine_every)."""
+    return _followed_cleanly(tr) and not tr.box_kept
+
+
 def landmark_box(points: Landmarks68) -> Box:
     x0, y0 = points.min(axis=0)
     x1, y1 = points.max(axis=0)
@@ -336,9 +348,7 @@ class Tracker:
         found: list[Landmarks68 | None] = [None] * len(self.tracks)
         placed = []
         for k, tr in enumerate(self.tracks):
-            if (every > 1 and tr.age and not tr.matched and tr.step is not None and tr.flowed
-                    and not (tr.coasted or tr.covered or tr.held or tr.doubted)
-                    and (seq + tr.id) % every):
+            if every > 1 and not tr.matched and tr.step is not None and _followed_cleanly(tr) and (seq + tr.id) % every:
                 found[k] = (tr.raw @ tr.step[:, :2].T + tr.step[:, 2]).astype(np.float32)
                 self.points_carried += 1
             else:
@@ -407,28 +417,24 @@ class Tracker:
             self._force_detect = False
             self._last_detect = seq
             self._merge_detected(frame, seq)
-        elif bg.submit(frame.bgr, [self.tracks[k].box for k in sorted(self._settle())]):
+        elif bg.submit(frame.bgr, self._settle()):
             self._force_detect = False
             self._last_detect = seq
             for tr in self.tracks:
                 tr.at_submit = landmark_box(tr.raw) if tr.age else None
 
-    def _still_settled(self, tr: Track) -> bool:
-        return bool(tr.age and tr.flowed and not (tr.coasted or tr.covered or tr.held or tr.doubted or tr.box_kept))
-
-    def _settle(self) -> set[int]:
-        """The tracks whose boxes this detection only confirms (detect.refine_every; the
-        detector leaves their boxes unrefined): faces the flow follows cleanly whose box was
-        refined at one of their last refine_every - 1 detections. Returns their indexes in
-        `tracks` and remembers their ids for the merge."""
+    def _settle(self) -> list[Box]:
+        """The boxes of the tracks this detection only confirms (detect.refine_every; the
+        detector leaves boxes overlapping them unrefined): faces the flow follows cleanly
+        whose box was refined at one of their last refine_every - 1 detections. Their ids
+        are remembered for the merge."""
         every = self.detect_cfg.refine_every
-        if every <= 1 or not self.detect_cfg.refine or self.track_cfg.points != "landmarks" \
-                or not getattr(self.detector, "refines_boxes", False):
-            self._settled_ids = set()
-            return set()
-        now = {k for k, tr in enumerate(self.tracks) if self._still_settled(tr) and tr.confirmed < every - 1}
-        self._settled_ids = {self.tracks[k].id for k in now}
-        return now
+        settled: list[Track] = []
+        if every > 1 and self.detect_cfg.refine and self.track_cfg.points == "landmarks" \
+                and getattr(self.detector, "refines_boxes", False):
+            settled = [tr for tr in self.tracks if _settled(tr) and tr.confirmed < every - 1]
+        self._settled_ids = {tr.id for tr in settled}
+        return [tr.box for tr in settled]
 
     def _match(self, dets: list[tuple[Box, float]],
                placed: Callable[[Track, Box], Box]) -> tuple[list[tuple[int, int]], list[int]]:
@@ -458,7 +464,7 @@ class Tracker:
             found = self.detector.forward_points(frame)  # type: ignore[attr-defined]
             self._merge([(box, score) for box, score, _ in found], frame, seq, [k for _, _, k in found])
         else:
-            boxes = [self.tracks[k].box for k in sorted(self._settle())]
+            boxes = self._settle()
             self._merge(self.detector.forward(frame, boxes) if boxes else self.detector.forward(frame), frame, seq)
 
     def _merge(self, dets: list[tuple[Box, float]], frame: FrameViews, seq: int,
@@ -496,7 +502,7 @@ class Tracker:
         for ti, di in matched:
             tr = self.tracks[ti]
             box, tr.score = dets[di]
-            if tr.id in settled and self._still_settled(tr):
+            if tr.id in settled and _settled(tr):
                 # Its box was not refined: the detection confirms the face, and its box stays
                 # where the flow carries it; the next detections but one refine it again.
                 tr.missed, tr.held, tr.doubted, tr.order = 0, 0, 0, di
