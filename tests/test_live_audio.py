@@ -74,6 +74,30 @@ def _file_offsets(path: Path) -> list[float]:
     return detector.reading.offsets()
 
 
+def test_a_flash_whose_first_frames_were_dropped_still_gives_its_start(tmp_path: Path) -> None:
+    """A busy live path drops frames (latest-frame semantics): of each flash it may deliver
+    only the later frames, and each says how far into the flash it is."""
+    from tools.av_sync import FLASH_FRAMES, FPS, write_flash_beep_clip
+
+    clip = tmp_path / "flash_beep.mp4"
+    write_flash_beep_clip(str(clip), 5.0)
+    detector = SyncDetector()
+    with av.open(str(clip)) as container:
+        for frame in container.decode(container.streams.video[0], container.streams.audio[0]):
+            if isinstance(frame, av.VideoFrame):
+                n = round(frame.time * FPS)
+                # Second s of the clip delivers its flash from the flash's frame s on.
+                if frame.time >= 1.0 and 0 <= n % FPS - 10 < min(int(frame.time), FLASH_FRAMES - 1):
+                    continue
+                detector.video(frame.time, frame.to_ndarray(format="gray"))
+            else:
+                detector.audio(frame.time, frame.to_ndarray(), frame.sample_rate)
+    got = detector.reading
+    assert got.flashes == pytest.approx([s + 10 / FPS for s in range(5)], abs=1e-6), got.flashes
+    offsets = got.offsets()
+    assert len(offsets) == 5 and max(abs(o) for o in offsets) < 0.005, offsets  # AAC's frames: ~1 ms
+
+
 def test_rtsp_sound_reaches_rtsp_out_and_the_recording_in_sync(relay: Relay, source_photo: Path,
                                                                tmp_path: Path) -> None:
     publisher = FlashBeepPublisher(relay.url("cam/push"))

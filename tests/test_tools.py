@@ -23,8 +23,7 @@ def test_bench_prints_both_modes_and_the_ratio(tmp_path: Path) -> None:
 
 def test_bench_live_prints_latency_and_the_target(tmp_path: Path) -> None:
     out = tmp_path / "live.json"
-    # The A/V offset is read over 6 s: its flash is one frame a second, and a loaded machine
-    # may drop the frame that carries it (3.5 s left two flashes to catch, and CI missed both).
+    # The A/V offset is read over 6 s (3.5 s left two flashes to catch, and CI once missed both).
     res = subprocess.run([sys.executable, "tools/bench_live.py", "--faces", "1", "--seconds", "1",
                           "--sync-seconds", "6", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)

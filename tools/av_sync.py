@@ -3,7 +3,11 @@
 finds each flash and each beep onset in the output's own timestamps.
 
 The offset of a pair is beep onset minus flash (positive: the sound is late). Flash frames
-carry no face, so a swap leaves them as they are. Used by the tests (tests.fixtures) and by
+carry no face, so a swap leaves them as they are. A flash lasts FLASH_FRAMES frames, and
+each of them says which it is (frame k of a flash is white but for a dark band, the k-th
+of FLASH_FRAMES from the top): a live path that drops frames on a busy machine (latest-
+frame semantics) drops a one-frame flash too, while the first frame of a flash it does
+deliver, less k frame times, still gives the flash's start. Used by the tests (tests.fixtures) and by
 tools/bench_live.py.
 """
 from __future__ import annotations
@@ -19,20 +23,41 @@ import numpy as np
 FPS = 30
 RATE = 48000
 PERIOD = FPS  # one flash (and beep) a second
-FLASH_AT = 10  # the frame of each second that flashes
+FLASH_AT = 10  # the frame of each second that a flash starts on
+FLASH_FRAMES = 5  # frames a flash lasts
 BEEP_HZ = 1000.0
 SIZE = (320, 240)
 
 
+DARK = 40
+
+
+def flash_index(i: int) -> int | None:
+    """Which frame of its flash frame `i` of the clip is (0 the first), None for a dark one."""
+    k = i % PERIOD - FLASH_AT
+    return k if 0 <= k < FLASH_FRAMES else None
+
+
 def flash_frame(i: int, width: int = SIZE[0], height: int = SIZE[1]) -> np.ndarray:
-    """Dark grey, white on the flash frame of each second (BGR)."""
-    level = 255 if i % PERIOD == FLASH_AT else 40
-    return np.full((height, width, 3), level, np.uint8)
+    """Frame `i` of the clip (BGR): dark grey, or frame k of a flash: white with the k-th of
+    FLASH_FRAMES bands from the top dark."""
+    k = flash_index(i)
+    if k is None:
+        return np.full((height, width, 3), DARK, np.uint8)
+    picture = np.full((height, width, 3), 255, np.uint8)
+    picture[k * height // FLASH_FRAMES:(k + 1) * height // FLASH_FRAMES] = DARK
+    return picture
+
+
+def frames_into_flash(picture: np.ndarray) -> int:
+    """Which frame of a flash a lit `picture` (grey or colour) is: its darkest band."""
+    bands = np.array_split(picture, FLASH_FRAMES, axis=0)
+    return int(np.argmin([float(band.mean()) for band in bands]))
 
 
 def beep_samples(start: int, count: int) -> np.ndarray:
     """Samples `start`..`start+count` of the sound (float32, mono): silence, and a beep one
-    frame long starting exactly when each flash frame does."""
+    frame long starting exactly when each flash does."""
     n = np.arange(start, start + count)
     t = n / RATE
     frame = np.floor(t * FPS).astype(np.int64)
@@ -147,9 +172,10 @@ class SyncReading:
 
 
 class SyncDetector:
-    """Finds flashes (mean brightness rising past mid-grey) and beep onsets (the first
-    sample, in 1 ms steps, whose loudness rises past a quarter of the beep's) in frames
-    fed in the order read."""
+    """Finds flashes (mean brightness rising past mid-grey; the start is the first lit
+    frame's time less the frames it is into its flash) and beep onsets (the first sample, in
+    1 ms steps, whose loudness rises past a quarter of the beep's) in frames fed in the
+    order read."""
 
     def __init__(self) -> None:
         self.reading = SyncReading()
@@ -159,7 +185,7 @@ class SyncDetector:
     def video(self, when: float, picture: np.ndarray) -> None:
         lit = float(picture.mean()) > 128
         if lit and not self._lit:
-            self.reading.flashes.append(when)
+            self.reading.flashes.append(when - frames_into_flash(picture) / FPS)
         self._lit = lit
 
     def audio(self, when: float, samples: np.ndarray, rate: int) -> None:

@@ -25,7 +25,7 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
 from stream.sources.rtp_arrivals import RtpArrivals
-from tools.av_sync import FLASH_AT, FPS, PERIOD, RATE, SIZE, SyncDetector, SyncReading, beep_samples, flash_frame
+from tools.av_sync import FPS, PERIOD, RATE, SIZE, SyncDetector, SyncReading, beep_samples, flash_frame
 
 PTIME = 0.02  # seconds of sound per frame sent, as aiortc's and browsers' Opus
 
@@ -57,14 +57,15 @@ class FlashTrack(MediaStreamTrack):
         super().__init__()
         self.start = start
         self.sent = 0
-        self._dark, self._lit = (av.VideoFrame.from_ndarray(flash_frame(n), format="bgr24").reformat(format="yuv420p")
-                                 for n in (0, FLASH_AT))
+        # One second of the clip's pictures, converted once.
+        self._pictures = [av.VideoFrame.from_ndarray(flash_frame(n), format="bgr24").reformat(format="yuv420p")
+                          for n in range(PERIOD)]
 
     async def recv(self) -> av.VideoFrame:
         if self.readyState != "live":
             raise MediaStreamError
         await _until(self.start.at() + self.sent / FPS)
-        frame = self._lit if self.sent % PERIOD == FLASH_AT else self._dark
+        frame = self._pictures[self.sent % PERIOD]
         frame.pts, frame.time_base = self.sent * 3000, Fraction(1, 90000)
         self.sent += 1
         return frame
