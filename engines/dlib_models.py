@@ -41,6 +41,26 @@ def model_path(kind: str) -> str:
 
 _LOADED: dict[str, tuple[Any, threading.Lock]] = {}
 _LOADING = threading.Lock()
+_HOG_BYTES: list[bytes] = []  # the shared HOG detector, pickled once
+
+
+def own_hog_detector() -> Any:
+    """A HOG frontal-face detector of the caller's own (its scanner keeps the image it scans,
+    so concurrent detections each need one). dlib builds one in 0.65-0.73 s; unpickling a
+    copy of the shared one (`shared_model("hog")`, 155 KB) takes 3 ms and finds the same
+    boxes with the same scores."""
+    import pickle
+
+    with _LOADING:
+        have = bool(_HOG_BYTES)
+    if not have:
+        model, lock = shared_model("hog")
+        with lock:
+            data = pickle.dumps(model)
+        with _LOADING:
+            if not _HOG_BYTES:
+                _HOG_BYTES.append(data)
+    return pickle.loads(_HOG_BYTES[0])  # bytes this process pickled itself
 
 
 def shared_model(kind: str) -> tuple[Any, threading.Lock]:

@@ -135,3 +135,21 @@ def _in_threads(work, n: int) -> None:  # noqa: ANN001
         t.start()
     for t in threads:
         t.join()
+
+
+def test_a_detector_of_its_own_is_a_copy_of_the_shared_one_that_finds_the_same() -> None:
+    import cv2
+
+    from stream.media.demo_clips import astronaut
+
+    shared, _ = dlib_models.shared_model("hog")
+    first, second = dlib_models.own_hog_detector(), dlib_models.own_hog_detector()
+    assert first is not shared and second is not shared and first is not second
+    gray = cv2.cvtColor(astronaut(), cv2.COLOR_BGR2GRAY)
+    for upsample in (0, 1):
+        want = shared.run(gray, upsample, 0.0)
+        for own in (first, second):
+            got = own.run(gray, upsample, 0.0)
+            assert [tuple((r.left(), r.top(), r.right(), r.bottom())) for r in got[0]] == \
+                [tuple((r.left(), r.top(), r.right(), r.bottom())) for r in want[0]]
+            assert list(got[1]) == list(want[1]) and len(want[0]) >= 1
