@@ -7,7 +7,9 @@ running its `__init__`.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
+import pickle
 import threading
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,13 @@ def model_path(kind: str) -> str:
 
 _LOADED: dict[str, tuple[Any, threading.Lock]] = {}
 _LOADING = threading.Lock()
-_HOG_BYTES: list[bytes] = []  # the shared HOG detector, pickled once
+
+
+@functools.cache
+def _hog_pickled() -> bytes:
+    model, lock = shared_model("hog")
+    with lock:
+        return pickle.dumps(model)
 
 
 def own_hog_detector() -> Any:
@@ -49,18 +57,7 @@ def own_hog_detector() -> Any:
     so concurrent detections each need one). dlib builds one in 0.65-0.73 s; unpickling a
     copy of the shared one (`shared_model("hog")`, 155 KB) takes 3 ms and finds the same
     boxes with the same scores."""
-    import pickle
-
-    with _LOADING:
-        have = bool(_HOG_BYTES)
-    if not have:
-        model, lock = shared_model("hog")
-        with lock:
-            data = pickle.dumps(model)
-        with _LOADING:
-            if not _HOG_BYTES:
-                _HOG_BYTES.append(data)
-    return pickle.loads(_HOG_BYTES[0])  # bytes this process pickled itself
+    return pickle.loads(_hog_pickled())  # bytes this process pickled itself
 
 
 def shared_model(kind: str) -> tuple[Any, threading.Lock]:
