@@ -138,11 +138,13 @@ def _trtexec_line(name: str, spec: ModelSpec, max_batch: int) -> str:
 
 
 def write_repository(folder: str | os.PathLike[str], models: dict[str, Path], backend: str = "onnxruntime",
-                     max_batch: int = 8, instances: int = 1, kind: str = "gpu", link: bool = False) -> list[Path]:
+                     max_batch: int = 8, instances: int = 1, kind: str = "gpu", link: bool = False,
+                     queue_delay_us: int = QUEUE_DELAY_US) -> list[Path]:
     """Write a model repository for `models` (catalog name -> ONNX file) into `folder`.
 
     Each named model's folder is replaced; other folders are left alone. `link` symlinks
-    the ONNX files instead of copying them. Returns the files written. Raises
+    the ONNX files instead of copying them. `queue_delay_us`: how long the dynamic batcher
+    may hold a request waiting for others to batch with. Returns the files written. Raises
     RepositoryError for an unreadable model file, ValueError for a bad argument."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown Triton backend {backend!r}; known: {', '.join(BACKENDS)}")
@@ -150,6 +152,8 @@ def write_repository(folder: str | os.PathLike[str], models: dict[str, Path], ba
         raise ValueError(f"unknown instance kind {kind!r}; known: {', '.join(KINDS)}")
     if max_batch < 1 or instances < 1:
         raise ValueError(f"max_batch and instances must be at least 1 (got {max_batch}, {instances})")
+    if queue_delay_us < 0:
+        raise ValueError(f"queue_delay_us cannot be negative (got {queue_delay_us})")
     specs = {name: read_spec(Path(path)) for name, path in models.items()}  # every file read before writing
     root = Path(folder)
     written: list[Path] = []
@@ -164,7 +168,7 @@ def write_repository(folder: str | os.PathLike[str], models: dict[str, Path], ba
         version = model_dir / "1"
         version.mkdir(parents=True)
         config = model_dir / "config.pbtxt"
-        config.write_text(render_config(name, spec, backend, max_batch, instances, kind))
+        config.write_text(render_config(name, spec, backend, max_batch, instances, kind, queue_delay_us))
         written.append(config)
         if backend == "tensorrt":
             written.append(_place(Path(path), model_dir / "model.onnx", link))

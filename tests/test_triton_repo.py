@@ -95,6 +95,14 @@ def test_symlinked_files_and_rewriting_a_repository(models_dir: Path, tmp_path: 
     assert (tmp_path / "someone_elses").is_dir()
 
 
+def test_the_batchers_queue_delay_is_the_callers(models_dir: Path, tmp_path: Path) -> None:
+    write_repository(tmp_path, {"inswapper_128": models_dir / "inswapper_128.onnx"}, queue_delay_us=25_000)
+    swapper = _config(tmp_path / "inswapper_128" / "config.pbtxt")
+    assert swapper.dynamic_batching.max_queue_delay_microseconds == 25_000
+    with pytest.raises(ValueError, match="queue_delay_us cannot be negative"):
+        write_repository(tmp_path, {"inswapper_128": models_dir / "inswapper_128.onnx"}, queue_delay_us=-1)
+
+
 def test_unreadable_files_and_bad_arguments_are_one_line_errors(models_dir: Path, tmp_path: Path) -> None:
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"not a model")

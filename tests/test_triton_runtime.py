@@ -44,9 +44,12 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterator[TritonServer]:
-    # max batch 16: two workers' requests of a frame's faces (up to 8 each) fit one batch
+    # max batch 16: two workers' requests of a frame's faces (up to 8 each) fit one batch.
+    # A request may wait 20 ms for company (the repository's default is 2 ms): two workers
+    # on a loaded 2-core machine drift apart by more than 2 ms, and their requests met in no
+    # batch (200 requests in 200 executions) in one CI run.
     with triton_repo_server(tmp_path_factory, {name: models_dir / f for name, f in FILES.items()},
-                            max_batch=MAX_BATCH) as srv:
+                            max_batch=MAX_BATCH, queue_delay_us=20_000) as srv:
         yield srv
 
 
