@@ -185,18 +185,20 @@ def test_chromium_publishes_camera_and_microphone_through_whip_from_another_orig
             sid = resource.rstrip("/").split("/")[-2]
             session = srv.server.sessions[sid]
 
-            async def watch() -> tuple[np.ndarray, list[np.ndarray]]:
+            async def watch() -> tuple[list[np.ndarray], list[np.ndarray]]:
                 viewer = await whep_view(f"{srv.url}whep/{sid}", token=TOKEN, audio=True)
                 track = await asyncio.wait_for(viewer.remote, 30)
                 assert viewer.remote_audio is not None
                 sound = await asyncio.wait_for(viewer.remote_audio, 30)
-                frames = [await asyncio.wait_for(track.recv(), 30) for _ in range(15)]
+                # Two seconds at full rate, judged by five frames spread over it, as the page is
+                # by four grabs: one frame alone (the 15th) came back with the face not swapped
+                # in a loaded CI run whose page grabs were swapped.
+                frames = [await asyncio.wait_for(track.recv(), 30) for _ in range(60)]
                 # 2.5 s of sound (20 ms pieces): Chromium's fake microphone beeps once a second
                 heard = [(await asyncio.wait_for(sound.recv(), 30)).to_ndarray() for _ in range(125)]
                 await viewer.close()
-                last = frames[-1]
-                assert isinstance(last, av.VideoFrame)
-                return last.to_ndarray(format="bgr24"), heard
+                assert all(isinstance(f, av.VideoFrame) for f in frames)
+                return [f.to_ndarray(format="bgr24") for f in frames[15::9]], heard
 
             watched, viewer_heard = srv.run(watch())
             page.wait_for_timeout(1500)  # a few frames swapped and back
@@ -223,8 +225,8 @@ def test_chromium_publishes_camera_and_microphone_through_whip_from_another_orig
     (before,) = identity.distance_to(original, target)
     back = [d for r in returned for d in identity.distance_to(r, target)]
     assert back and float(np.median(back)) < before - 0.03, (before, back)
-    (viewed,) = identity.distance_to(watched, target)
-    assert viewed < before - 0.03, (before, viewed)
+    viewed = [d for w in watched for d in identity.distance_to(w, target)]
+    assert viewed and float(np.median(viewed)) < before - 0.03, (before, viewed)
     # The microphone's sound went through the session (read, held, sent back) ...
     assert sound_state is not None and sound_state["received"] > 100 and sound_state["sent"] > 100, sound_state
     # ... and the page hears it: a live track whose decoded samples carry energy (the beeps).
