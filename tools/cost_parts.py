@@ -3,8 +3,10 @@
 Runs a bench clip (the 720p demo clip with six faces, or the one-face clip) through the
 serial pipeline (one thread, so a part's time is its own and not another thread's wait for
 the GIL) with a timer wrapped around each named part, and prints, per part, its calls a
-frame, ms a call and ms a frame (inclusive: a part's time holds the parts it calls). The
-parts are named by module and attribute; a name this tree does not have is listed as
+frame, ms a call and ms a frame (inclusive: a part's time holds the parts it calls), and
+the process's CPU time in it a frame (every thread's: more than its wall time where OpenCV
+or x264 split the work over the cores; on 2 cores the CPU, not the wall, is what the other
+stages of a staged run lose). The parts are named by module and attribute; a name this tree does not have is listed as
 absent, so the same command runs on an older commit for a before/after table:
 
     python tools/cost_parts.py                      # six faces, `fast`, 5 s
@@ -54,18 +56,19 @@ PARTS = [
 ]
 
 
-def _wrap(owner: object, name: str, label: str, totals: dict, calls: dict) -> bool:
+def _wrap(owner: object, name: str, label: str, totals: dict, calls: dict, cpu: dict) -> bool:
     fn = getattr(owner, name, None)
     if fn is None or getattr(fn, "_cost_parts", False):
         return fn is not None
 
     @functools.wraps(fn)
     def timed(*args, **kwargs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             return fn(*args, **kwargs)
         finally:
             totals[label] += time.perf_counter() - t0
+            cpu[label] += time.process_time() - c0
             calls[label] += 1
 
     timed._cost_parts = True  # type: ignore[attr-defined]
@@ -73,7 +76,7 @@ def _wrap(owner: object, name: str, label: str, totals: dict, calls: dict) -> bo
     return True
 
 
-def install(totals: dict, calls: dict) -> list[str]:
+def install(totals: dict, calls: dict, cpu: dict) -> list[str]:
     """Wrap every part this tree has (a plain function also where other modules imported it
     by name). Returns the labels this tree does not have."""
     absent = []
@@ -87,7 +90,7 @@ def install(totals: dict, calls: dict) -> list[str]:
             owner = mod
             for o in owners:
                 owner = getattr(owner, o, None)
-            if owner is None or not _wrap(owner, name, label, totals, calls):
+            if owner is None or not _wrap(owner, name, label, totals, calls, cpu):
                 continue
             if not owners:
                 wrapped = getattr(mod, name)
@@ -131,6 +134,7 @@ def main() -> int:
 
     totals: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)
+    cpu: dict[str, float] = defaultdict(float)  # the process's CPU time in each part (every thread's)
     with tempfile.TemporaryDirectory(prefix="fs-parts-") as tmp:
         source = str(Path(tmp) / "source.png")
         cv2.imwrite(source, astronaut())
@@ -138,14 +142,15 @@ def main() -> int:
         cfg = load_config(args.config or None, [*args.overrides, "pipeline.staged=false"])
         job = SwapJob(cfg, [source])
         job.open()
-        absent = install(totals, calls)
-        t0 = time.perf_counter()
+        absent = install(totals, calls, cpu)
+        t0, c0 = time.perf_counter(), time.process_time()
         report = run_video(job, clip, str(Path(tmp) / "out.mp4")).report
-        wall = time.perf_counter() - t0
+        wall, run_cpu = time.perf_counter() - t0, time.process_time() - c0
     frames = max(report["frames"], 1)
     print(f"{args.faces} face(s), preset {args.config or 'default'}, serial, {frames} frames, "
-          f"{frames / wall:.1f} fps over the run ({1000 * wall / frames:.1f} ms a frame)")
-    print(f"{'part':<34} {'calls/frame':>11} {'ms/call':>8} {'ms/frame':>9}")
+          f"{frames / wall:.1f} fps over the run ({1000 * wall / frames:.1f} ms a frame, "
+          f"{1000 * run_cpu / frames:.1f} ms of CPU a frame over all threads)")
+    print(f"{'part':<34} {'calls/frame':>11} {'ms/call':>8} {'ms/frame':>9} {'CPU ms/frame':>12}")
     rows: dict[str, dict] = {}
     stages = report["stages"]
     for stage in ("decode", "analyse", "swap", "composite", "encode"):
@@ -161,11 +166,13 @@ def main() -> int:
                 continue
             n, t = calls[label], totals[label]
             rows[label.strip()] = {"calls_per_frame": n / frames, "ms_per_call": 1000 * t / n if n else 0.0,
-                                   "ms_per_frame": 1000 * t / frames}
+                                   "ms_per_frame": 1000 * t / frames, "cpu_ms_per_frame": 1000 * cpu[label] / frames}
             r = rows[label.strip()]
-            print(f"{shown:<34} {r['calls_per_frame']:>11.2f} {r['ms_per_call']:>8.2f} {r['ms_per_frame']:>9.2f}")
+            print(f"{shown:<34} {r['calls_per_frame']:>11.2f} {r['ms_per_call']:>8.2f} {r['ms_per_frame']:>9.2f} "
+                  f"{r['cpu_ms_per_frame']:>12.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"frames": frames, "wall_s": wall, "parts": rows}, indent=2))
+        summary = {"frames": frames, "wall_s": wall, "cpu_s": run_cpu, "parts": rows}
+        Path(args.json).write_text(json.dumps(summary, indent=2))
     return 0
 
 
