@@ -170,9 +170,15 @@ class PipelineConfig:
     live_ring_depth: int = 1  # live runs: only the newest frame waits between stages (no standing queue)
     staged: bool = True  # False: one thread runs every stage in turn (for comparison)
     max_faces: int = 8  # faces swapped per frame at most (largest first)
+    # OpenCV's own worker threads (cv2.setNumThreads, process-wide, set when a job opens; 0:
+    # OpenCV's choice, one a core). The stages already run side by side; OpenCV splitting each
+    # small call (a face's optical flow, its warp) over the cores as well only added overhead:
+    # six faces, serial, 2 cores, 91 -> 80 ms of CPU a frame, the same pixels (tools/cost_parts.py).
+    cv_threads: int = 1
 
     def __post_init__(self) -> None:
         _check(self.ring_depth >= 1, f"pipeline.ring_depth must be >= 1, got {self.ring_depth}")
+        _check(self.cv_threads >= 0, f"pipeline.cv_threads must be >= 0, got {self.cv_threads}")
         _check(self.live_ring_depth >= 1, f"pipeline.live_ring_depth must be >= 1, got {self.live_ring_depth}")
         _check(self.max_faces >= 1, f"pipeline.max_faces must be >= 1, got {self.max_faces}")
 

@@ -107,6 +107,28 @@ def test_staged_and_serial_write_the_same_video(face_clip: Path, source_photo: P
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+def test_opencv_on_its_own_threads_writes_the_same_video(face_clip: Path, source_photo: Path, tmp_path: Path,
+                                                         swapped: Path) -> None:
+    # pipeline.cv_threads: 1 by default (the stages already share the cores); 0 hands the
+    # choice back to OpenCV, one worker a core. Only the cost may differ.
+    out = tmp_path / "threads.mp4"
+    args = ["swap", "--source", str(source_photo), "--input", str(face_clip), "--output", str(out),
+            "--crf", "0", "--x264-preset", "ultrafast", "--detect-every", "4", "-q"]
+    cv2.setNumThreads(-1)
+    default = cv2.getNumThreads()
+    try:
+        cv2.setNumThreads(1)  # as the job before left it
+        assert main(args + ["--set", "pipeline.cv_threads=0"]) == 0
+        assert cv2.getNumThreads() == default
+        a, b = decode_all(swapped), decode_all(out)
+        assert len(a) == len(b) == CLIP_FRAMES
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+        assert main(args + ["--set", "pipeline.cv_threads=1"]) == 0
+        assert cv2.getNumThreads() == 1
+    finally:
+        cv2.setNumThreads(-1)
+
+
 def test_picture_in_picture_out(source_photo: Path, tmp_path: Path, identity: Identity) -> None:
     target = tmp_path / "group.png"
     cv2.imwrite(str(target), window_frame(0))

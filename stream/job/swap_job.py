@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 import numpy.typing as npt
 
@@ -73,6 +74,7 @@ class SwapJob:
     def open(self) -> None:
         """Load the models and prepare every source (and reference) face once."""
         cfg = self.config
+        cv2.setNumThreads(cfg.pipeline.cv_threads or -1)  # -1: back to OpenCV's own choice
         planned = plan_run(cfg)  # on a GPU: fits the run to the card, or ends it here in one line
         self.plan = planned.plan
         self.notes.extend(planned.notes)
