@@ -6,8 +6,9 @@ the GIL) with a timer wrapped around each named part, and prints, per part, its 
 frame, ms a call and ms a frame (inclusive: a part's time holds the parts it calls), and
 the process's CPU time in it a frame (every thread's: more than its wall time where OpenCV
 or x264 split the work over the cores; on 2 cores the CPU, not the wall, is what the other
-stages of a staged run lose). The parts are named by module and attribute; a name this tree does not have is listed as
-absent, so the same command runs on an older commit for a before/after table:
+stages of a staged run lose). The parts are named by module and attribute; a name this
+tree does not have is listed as absent, so the same command runs on an older commit for a
+before/after table:
 
     python tools/cost_parts.py                      # six faces, `fast`, 5 s
     python tools/cost_parts.py --faces 1 --config ""  # one face, the default preset
