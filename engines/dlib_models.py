@@ -62,13 +62,15 @@ def own_hog_detector() -> Any:
 
 def shared_model(kind: str) -> tuple[Any, threading.Lock]:
     """dlib's model of `kind` ("landmarks", "embedding" or "hog": the frontal face detector
-    built into dlib), loaded once per process, and the lock its calls take.
+    built into dlib), loaded once per process, and the lock its calls take. The embedding's
+    is dlib's ResNet run with numpy (engines.dlib_resnet), which needs no lock: its runs
+    keep nothing between calls, so they may overlap.
 
     Every user of a kind (the tracker's landmarker and the face filter's, the run's embedder
     and the filter's) shares one copy: the 68-point predictor holds about 70 MB and the
     ResNet 22 MB, and two of each raised a one-face run's peak memory by 90 MB. The models
     are read-only once loaded; the lock keeps one call at a time on each (dlib's calls hold
-    the GIL today, and the network keeps scratch buffers between layers). The HOG detector
+    the GIL). The HOG detector
     takes 0.67 s to build (twice a job: the stream's and the photos'), and its scanner keeps
     the image it scans: its lock is held for the whole of a detection (it releases the GIL,
     so the other stages go on meanwhile)."""
@@ -81,6 +83,11 @@ def shared_model(kind: str) -> tuple[Any, threading.Lock]:
                 model = dlib.get_frontal_face_detector()
             else:
                 path = model_path(kind)
-                model = dlib.shape_predictor(path) if kind == "landmarks" else dlib.face_recognition_model_v1(path)
+                if kind == "landmarks":
+                    model = dlib.shape_predictor(path)
+                else:  # dlib's ResNet, run with numpy (engines.dlib_resnet)
+                    from engines.dlib_resnet import DlibResNet
+
+                    model = DlibResNet(path)
             found = _LOADED[kind] = (model, threading.Lock())
         return found

@@ -1,0 +1,116 @@
+"""dlib's face-embedding ResNet read from its own file and run by numpy
+(engines.dlib_resnet): the same embedding as dlib's, and a clear error for a file it is not."""
+from __future__ import annotations
+
+import threading
+
+import cv2
+import dlib
+import numpy as np
+import pytest
+
+from engines.dlib_embedder import DlibEmbedder
+from engines.dlib_landmarker import DlibLandmarker
+from engines.dlib_models import model_path, shared_model
+from engines.dlib_resnet import DlibFileError, read_network
+from engines.frame_views import FrameViews
+from stream.media.demo_clips import astronaut, group_picture
+
+# Float sums in another order (dlib's loops against numpy's BLAS, whose kernels pick their
+# code by the CPU's instruction set): the two differ by about 3e-7 on AVX2; dlib's identity
+# threshold is 0.6, the face filter's margin a few tenths of a spread.
+TOLERANCE = 1e-4
+
+
+def _faces() -> list[tuple[np.ndarray, np.ndarray]]:
+    """(picture, 68 points) of each face HOG finds in the installed pictures."""
+    hog, _ = shared_model("hog")
+    lm = DlibLandmarker()
+    out = []
+    for bgr in (astronaut(), group_picture()):
+        rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+        for r in hog(rgb, 1):
+            box = (r.left(), r.top(), r.right() + 1, r.bottom() + 1)
+            out.append((bgr, lm.forward(FrameViews(bgr), box)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def faces() -> list[tuple[np.ndarray, np.ndarray]]:
+    found = _faces()
+    assert len(found) == 8  # the astronaut, the mission patch HOG takes for one, t1.jpg's six
+    return found
+
+
+def test_the_embedding_is_dlibs_own(faces) -> None:
+    """Each face's embedding is what dlib's own network gives for the same chip, and the
+    chip is what dlib's `compute_face_descriptor` aligns from the points."""
+    reference = dlib.face_recognition_model_v1(model_path("embedding"))
+    emb = DlibEmbedder()
+    got = []
+    for bgr, points in faces:
+        chip = emb.chip(bgr, points)
+        want = np.array(reference.compute_face_descriptor(chip), np.float32)
+        mine = emb.forward(bgr, points)
+        assert mine.shape == (128,) and mine.dtype == np.float32
+        assert np.abs(mine - want).max() < TOLERANCE
+        got.append(mine)
+    # Its answer, the dlib way round (the picture and the points): the chip it cut is dlib's.
+    bgr, points = faces[0]
+    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    shape = dlib.full_object_detection(
+        dlib.rectangle(*np.floor(points.min(0)).astype(int), *np.ceil(points.max(0)).astype(int)),
+        [dlib.point(int(round(x)), int(round(y))) for x, y in points])
+    assert np.abs(np.array(reference.compute_face_descriptor(rgb, shape)) - got[0]).max() < TOLERANCE
+    # Seven people and a patch: no two of them the same person by dlib's threshold.
+    dists = [np.linalg.norm(a - b) for i, a in enumerate(got) for b in got[i + 1:]]
+    assert min(dists) > emb.threshold
+
+
+def test_runs_from_several_threads_at_once_each_get_their_own(faces) -> None:
+    emb = DlibEmbedder()
+    alone = [emb.forward(bgr, points) for bgr, points in faces]
+    got: dict[int, list[np.ndarray]] = {}
+
+    def work(k: int) -> None:
+        got[k] = [emb.forward(bgr, points) for bgr, points in faces[k:] + faces[:k]]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(3):
+        for mine, want in zip(got[k], alone[k:] + alone[:k]):
+            assert np.array_equal(mine, want)
+
+
+def test_a_file_that_is_not_the_network_is_refused_with_its_name(tmp_path) -> None:
+    with open(model_path("embedding"), "rb") as f:
+        data = f.read()
+    read_network(data, "the real one")  # reads to its last byte
+    with pytest.raises(DlibFileError, match="cut.dat: file ends inside a tensor"):
+        read_network(data[: len(data) // 2], "cut.dat")
+    with pytest.raises(DlibFileError, match="extra.dat: 3 bytes left after the network"):
+        read_network(data + b"abc", "extra.dat")
+    other = open(model_path("landmarks"), "rb").read(1 << 16)
+    with pytest.raises(DlibFileError, match="shape.dat: "):
+        read_network(other, "shape.dat")
+    # A convolution of another size than the architecture's is named as such.
+    at = data.index(b"con_4")
+    wrong = bytearray(data)
+    with pytest.raises(DlibFileError, match="a convolution"):
+        read_network(bytes(_with_filters(wrong, at, 16)), "wrong.dat")
+
+
+def _with_filters(data: bytearray, at: int, n: int) -> bytearray:
+    """`data` with the convolution whose version string is at `at` given `n` filters."""
+    from engines.dlib_resnet import _Reader
+
+    r = _Reader(bytes(data), "x")
+    r.pos = at - 2  # the string's length: a control byte and one byte
+    r.string()
+    r.tensor()
+    assert data[r.pos:r.pos + 2] == bytes([1, 32])  # num_filters, as one byte
+    data[r.pos + 1] = n
+    return data
