@@ -34,6 +34,11 @@ class DetectConfig:
     upsample: int = 0  # dlib upsampling passes (each one finds smaller faces, 4x the cost)
     every_empty: int = 2  # with no face followed, detection every N frames (a face coming in is found sooner)
     background: bool = True  # live runs: detect on a thread of its own, tracking goes on meanwhile
+    # Files: 0, detection in line (the analysis waits for it); N, on a thread of its own
+    # while the analysis goes on, its boxes merged N frames after the frame they were found
+    # in (the same frames whatever the machine's speed, so the same output). HOG lets the
+    # GIL go: on 2 cores the detection then runs beside the other stages.
+    lag: int = 0
     verify: bool = True  # dlib engine: boxes checked by landmarks and embedding (no badges or prints swapped)
     # dlib engine: each box measured again in a crop around it (HOG's boxes come in its
     # pyramid's and cells' steps, and the 68 points move with the box; about 6 ms a face).
@@ -47,6 +52,8 @@ class DetectConfig:
     def __post_init__(self) -> None:
         _check(self.every >= 1, f"detect.every must be >= 1, got {self.every}")
         _check(self.every_empty >= 1, f"detect.every_empty must be >= 1, got {self.every_empty}")
+        _check(isinstance(self.lag, int) and not isinstance(self.lag, bool) and 0 <= self.lag <= 30,
+               f"detect.lag must be a whole number from 0 to 30, got {self.lag!r}")
         _check(self.max_side >= 64, f"detect.max_side must be >= 64, got {self.max_side}")
         _check(1.0 <= self.max_upscale <= 4.0, f"detect.max_upscale must be in [1, 4], got {self.max_upscale}")
         _check(self.upsample in (0, 1, 2), f"detect.upsample must be 0, 1 or 2, got {self.upsample}")

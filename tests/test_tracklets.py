@@ -310,6 +310,46 @@ def test_background_detection_tracks_moving_faces_without_waiting_for_the_detect
     assert not any(t.name == "fs-detect" and t.is_alive() for t in threading.enumerate())
 
 
+def _lagged_run(delay: float, lag: int) -> tuple[list, LateDetector]:
+    """Each frame's tracks (id, landmarks) of a scene where faces move, one comes in at frame
+    20 and one leaves at frame 45, tracked with detection `lag` frames behind."""
+    scene = FrameScene()
+    det = LateDetector(scene, delay=delay)
+    tracker = Tracker(det, FakeLandmarker(scene), FakeEmbedder(scene), DetectConfig(every=6, every_empty=2),
+                      TrackConfig(), background=True, lag=lag)
+    out = []
+    for seq in range(70):
+        faces = [(0, 200 + 3 * seq, 300, 100)]
+        if seq < 45:
+            faces.append((1, 900 - 2 * seq, 400, 110))
+        if seq >= 20:
+            faces.append((2, 600, 150 + seq, 90))
+        scene.faces = faces
+        tracks = tracker.update(scene.frame(seq), seq, seq / 30)
+        out.append(sorted((tr.id, tr.landmarks.round(3).tobytes()) for tr in tracks))
+    tracker.close()
+    return out, det
+
+
+def test_a_files_detection_joins_a_fixed_number_of_frames_later_whatever_its_speed() -> None:
+    """Files (detect.lag): the detection runs beside the tracking, and its boxes join the
+    tracks exactly `lag` frames after the frame they were found in, so a slow detector (or
+    a slow machine) gives the same tracks, frame for frame, as a quick one."""
+    import threading
+
+    quick, det_quick = _lagged_run(0.0, 4)
+    slow, det_slow = _lagged_run(0.03, 4)  # longer than the 4 frames take here
+    assert quick == slow
+    assert det_slow.threads == {threading.current_thread().name, "fs-detect"}
+    # Every face is found and followed: the one coming in within a detection's lag and cadence.
+    ids = [{i for i, _ in frame} for frame in quick]
+    assert all(len(f) == 2 for f in ids[5:20])
+    assert all(len(f) == 3 for f in ids[20 + 6 + 4 + 1:45])
+    assert all(len(f) == 2 for f in ids[50:])
+    # Another lag is another output: the lag, not the machine, says when boxes join.
+    assert _lagged_run(0.0, 1)[0] != quick
+
+
 def test_a_background_detector_error_stops_the_tracker() -> None:
     import time
 

@@ -1,4 +1,4 @@
-"""Detection on a thread of its own, so live tracking goes on while the detector works."""
+"""Detection on a thread of its own, so tracking goes on while the detector works."""
 from __future__ import annotations
 
 import threading
@@ -12,13 +12,15 @@ from engines.protocols import Detector
 
 
 class BackgroundDetector:
-    """The detector on a thread of its own, one frame at a time (live runs).
+    """The detector on a thread of its own, one frame at a time.
 
     `submit` copies the frame into a buffer reused for every detection and returns at
     once (False while a detection is still running: the next due frame tries again);
-    `poll` returns the boxes of a finished detection, once. An error in the detector is
-    raised by the next `poll`, on the tracker's thread, so it stops the run as any stage
-    error does. `close` ends the thread.
+    `poll` returns the boxes of a finished detection, once (live runs: as soon as they are
+    there); `wait` waits for them (files: at a fixed number of frames after the submit,
+    so the boxes join the same frame whatever the machine's speed). An error in the
+    detector is raised by the next `poll` or `wait`, on the tracker's thread, so it stops
+    the run as any stage error does. `close` ends the thread.
     """
 
     def __init__(self, detector: Detector) -> None:
@@ -33,19 +35,21 @@ class BackgroundDetector:
         self._thread: threading.Thread | None = None
         self.detections = 0
         self._settled: list[Box] = []
+        self.submitted_at = -1  # the frame (its seq) of the last submit
 
     @property
     def pending(self) -> bool:
         """A detection is running (or its result not yet taken by `poll`)."""
         return self._pending or self._result is not None
 
-    def submit(self, image: ImageBGR, settled: Sequence[Box] = ()) -> bool:
-        """Start a detection on `image` (`settled`: boxes the detector need not refine, see
-        DlibHogDetector.forward)."""
+    def submit(self, image: ImageBGR, settled: Sequence[Box] = (), seq: int = -1) -> bool:
+        """Start a detection on `image`, frame `seq` (`settled`: boxes the detector need not
+        refine, see DlibHogDetector.forward)."""
         with self._cond:
-            if self._pending or self._closed:
+            if self.pending or self._closed:
                 return False
             self._settled = list(settled)
+            self.submitted_at = seq
             if self._image is None or self._image.shape != image.shape:
                 self._image = np.empty_like(image)
                 self._gray = np.empty(image.shape[:2], np.uint8)
@@ -54,7 +58,7 @@ class BackgroundDetector:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="fs-detect", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            self._cond.notify_all()
         return True
 
     def poll(self) -> list[tuple[Box, float]] | None:
@@ -64,6 +68,14 @@ class BackgroundDetector:
                 raise error
             result, self._result = self._result, None
             return result
+
+    def wait(self) -> list[tuple[Box, float]] | None:
+        """The boxes of the detection submitted last, once it is done (None when none is
+        pending)."""
+        with self._cond:
+            while self._pending and self._error is None and not self._closed:
+                self._cond.wait()
+        return self.poll()
 
     def _loop(self) -> None:
         while True:
@@ -84,6 +96,7 @@ class BackgroundDetector:
                 self._result, self._error = (None, error) if error is not None else (dets, None)
                 self._pending = False
                 self.detections += 1
+                self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:

@@ -202,6 +202,7 @@ class Tracker:
         detect: DetectConfig,
         track: TrackConfig,
         background: bool = False,
+        lag: int | None = None,
     ) -> None:
         self.detector = detector
         self.landmarker = landmarker
@@ -215,6 +216,10 @@ class Tracker:
         # Frames between scheduled detections: detect.every, raised by a live run under load.
         self.detect_every = detect.every
         self.background = BackgroundDetector(detector) if background else None
+        # With a background detector: None, its boxes are merged as soon as they are there
+        # (live); N, exactly N frames after the frame they were found in (files: the same
+        # output whatever the machine's speed; detect.lag).
+        self.lag = lag
         if track.points == "detector" and not isinstance(detector, PointDetector):
             raise ConfigError(f"track.points 'detector' needs a detector that finds five points "
                               f"(the neural engine's SCRFD); {detector.name!r} finds none")
@@ -404,7 +409,10 @@ class Tracker:
     def _detect_in_background(self, frame: FrameViews, seq: int, due: bool) -> None:
         bg = self.background
         assert bg is not None
-        done = bg.poll()
+        if self.lag is None:
+            done = bg.poll()
+        else:
+            done = bg.wait() if bg.pending and seq - bg.submitted_at >= self.lag else None
         if done is not None:
             self._merge_late(done, frame, seq)
             if self._last_detect == seq:  # it detected this frame in line
@@ -417,7 +425,7 @@ class Tracker:
             self._force_detect = False
             self._last_detect = seq
             self._merge_detected(frame, seq)
-        elif bg.submit(frame.bgr, self._settle()):
+        elif bg.submit(frame.bgr, self._settle(), seq):
             self._force_detect = False
             self._last_detect = seq
             for tr in self.tracks:

@@ -81,9 +81,12 @@ def assemble(config: Config, engines: EngineSet, faces: Sequence[object], refere
     """
     metrics = metrics or Metrics()
     # The detector's points align faces only on the frame they were found in: in line then.
-    background = live and config.detect.background and config.track.points != "detector"
+    # Live: in the background, merged when done; files: with detect.lag, merged that many
+    # frames on.
+    background = (config.detect.background if live else config.detect.lag > 0) \
+        and config.track.points != "detector"
     tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, config.detect, config.track,
-                      background=background)
+                      background=background, lag=None if live else config.detect.lag)
     selector = Selector(config.select, references, engines.embedder, config.pipeline.max_faces)
     analyse = AnalyseWorker(tracker, selector, engines.swapper, faces)
     swap = SwapWorker(engines.swapper, enhancer)
