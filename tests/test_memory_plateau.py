@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import cv2
+import pytest
 
 from stream.media.demo_clips import astronaut
 from tests.fixtures import make_clip
@@ -24,10 +25,11 @@ SCRIPT = textwrap.dedent("""
     from stream.job.swap_job import SwapJob
 
     source, clip, out, jobs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    overrides = sys.argv[5:]
     proc = psutil.Process()
     after = []
     for i in range(jobs):
-        job = SwapJob(load_config(None, ["detect.every=3"]), [source])
+        job = SwapJob(load_config(None, overrides), [source])
         job.open()
         report = run_video(job, clip, out).report
         assert report["faces_swapped"] > 0, report
@@ -38,14 +40,17 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_twenty_jobs_stay_on_a_plateau(tmp_path: Path) -> None:
+@pytest.mark.parametrize("overrides", [["detect.every=3"], ["detect.every=3", "detect.lag=2"]],
+                         ids=["in-line", "detection-thread"])
+def test_twenty_jobs_stay_on_a_plateau(tmp_path: Path, overrides: list[str]) -> None:
+    # detect.lag: each job's detection on a thread of its own (and its frame buffers).
     source = tmp_path / "source.png"
     face = cv2.resize(astronaut(), (256, 256))  # small: each job finds its source face anew
     cv2.imwrite(str(source), face)
     clip = tmp_path / "clip.mp4"
     make_clip(clip, [face] * 6, n=6)
     run = subprocess.run([sys.executable, "-c", SCRIPT, str(source), str(clip), str(tmp_path / "out.mp4"),
-                          str(JOBS)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+                          str(JOBS), *overrides], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     rss = json.loads(run.stdout.strip().splitlines()[-1])
     assert len(rss) == JOBS
