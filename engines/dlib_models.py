@@ -70,10 +70,9 @@ def shared_model(kind: str) -> tuple[Any, threading.Lock]:
     and the filter's) shares one copy: the 68-point predictor holds about 70 MB and the
     ResNet 22 MB, and two of each raised a one-face run's peak memory by 90 MB. The models
     are read-only once loaded; the lock keeps one call at a time on each (dlib's calls hold
-    the GIL). The HOG detector
-    takes 0.67 s to build (twice a job: the stream's and the photos'), and its scanner keeps
-    the image it scans: its lock is held for the whole of a detection (it releases the GIL,
-    so the other stages go on meanwhile)."""
+    the GIL). The HOG detector takes 0.67 s to build (twice a job: the stream's and the
+    photos'), and its scanner keeps the image it scans: its lock is held for the whole of a
+    detection (it releases the GIL, so the other stages go on meanwhile)."""
     with _LOADING:
         found = _LOADED.get(kind)
         if found is None:
