@@ -177,8 +177,15 @@ def test_ctrl_c_waits_for_a_stage_inside_a_long_call_before_closing(staged: bool
 
     sink = CheckingSink()
     runner = _runner(CountingSource(10_000), [SlowWorker("slow", 1)], sink)
-    threading.Thread(target=interrupt, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        runner.run(staged=staged)
+    # Python installs its Ctrl-C handler only where SIGINT is not ignored at start-up (a
+    # background job of a non-interactive shell starts with it ignored, and then this run
+    # would go on through all 10,000 items): the test sets it for itself.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(staged=staged)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert sink.closed and sink.busy_at_close is False
     assert not [t for t in threading.enumerate() if t.name.startswith("fs-") and t.is_alive()]
