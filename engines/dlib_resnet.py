@@ -104,7 +104,7 @@ class _Reader:
         return found
 
 
-# The network, from its input outwards. A residual block: ("res", channels, down).
+# The residual blocks, from the input outwards: (channels, halves the size).
 BLOCKS = [(32, False)] * 3 + [(64, True)] + [(64, False)] * 3 + [(128, True)] + [(128, False)] * 2 \
     + [(256, True)] + [(256, False)] * 2 + [(256, True)]
 
@@ -216,6 +216,7 @@ def read_network(data: bytes, name: str = "dlib model") -> tuple[list[_Layer], t
         r.float()
         r.float()
     stack = _wrappers()
+    versions = []  # each wrapper's, outermost first (written before what it wraps)
     for i, (kind, _) in enumerate(stack):
         version = r.int()
         innermost = i == len(stack) - 1
@@ -223,15 +224,16 @@ def read_network(data: bytes, name: str = "dlib model") -> tuple[list[_Layer], t
             raise r.fail(f"add_layer version {version}")
         if kind != "layer" and version != 1:
             raise r.fail(f"{kind} layer version {version}")
-        stack[i] = (kind, stack[i][1], version)  # type: ignore[assignment]
+        versions.append(version)
     r.expect("input_rgb_image_sized")
     means = (r.float(), r.float(), r.float())
     if (r.int(), r.int()) != (CHIP, CHIP):
         raise r.fail(f"an input that is not {CHIP}x{CHIP}")
     layers: list[_Layer] = []
     for i in range(len(stack) - 1, -1, -1):
-        kind, layer, version = stack[i]  # type: ignore[misc]
-        if kind != "layer":
+        _, layer = stack[i]
+        version = versions[i]
+        if layer is None:  # a tag or skip layer: nothing after what it wraps
             continue
         _details(r, layer)
         r.bool(), r.bool(), r.bool()  # set up, gradient stale, output disabled
