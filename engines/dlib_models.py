@@ -63,16 +63,17 @@ def own_hog_detector() -> Any:
 def shared_model(kind: str) -> tuple[Any, threading.Lock]:
     """dlib's model of `kind` ("landmarks", "embedding" or "hog": the frontal face detector
     built into dlib), loaded once per process, and the lock its calls take. The embedding's
-    is dlib's ResNet run with numpy (engines.dlib_resnet), which needs no lock: its runs
-    keep nothing between calls, so they may overlap.
+    is dlib's ResNet run with numpy (engines.dlib_resnet), the landmarks' dlib's shape
+    predictor run with numpy (engines.dlib_shape): neither needs the lock, their runs keep
+    nothing between calls, so they may overlap.
 
     Every user of a kind (the tracker's landmarker and the face filter's, the run's embedder
     and the filter's) shares one copy: the 68-point predictor holds about 70 MB and the
     ResNet 22 MB, and two of each raised a one-face run's peak memory by 90 MB. The models
-    are read-only once loaded; the lock keeps one call at a time on each (dlib's calls hold
-    the GIL). The HOG detector takes 0.67 s to build (twice a job: the stream's and the
-    photos'), and its scanner keeps the image it scans: its lock is held for the whole of a
-    detection (it releases the GIL, so the other stages go on meanwhile)."""
+    are read-only once loaded; the lock keeps one call at a time on the HOG detector, which
+    takes 0.67 s to build (twice a job: the stream's and the photos'), and whose scanner
+    keeps the image it scans: its lock is held for the whole of a detection (it releases
+    the GIL, so the other stages go on meanwhile)."""
     with _LOADING:
         found = _LOADED.get(kind)
         if found is None:
@@ -82,8 +83,10 @@ def shared_model(kind: str) -> tuple[Any, threading.Lock]:
                 model = dlib.get_frontal_face_detector()
             else:
                 path = model_path(kind)
-                if kind == "landmarks":
-                    model = dlib.shape_predictor(path)
+                if kind == "landmarks":  # dlib's predictor, run with numpy (engines.dlib_shape)
+                    from engines.dlib_shape import ShapePredictor
+
+                    model = ShapePredictor(path)
                 else:  # dlib's ResNet, run with numpy (engines.dlib_resnet)
                     from engines.dlib_resnet import DlibResNet
 

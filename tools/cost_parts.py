@@ -39,7 +39,7 @@ PARTS = [
     ("analyse", "    HOG detector", [("engines.dlib_detector", "DlibHogDetector.forward")]),
     ("analyse", "      box refinement", [("engines.dlib_detector", "DlibHogDetector.refine_box")]),
     ("analyse", "    face filter: embedding", [("engines.face_filter", "FaceFilter.embedding_score")]),
-    ("analyse", "  landmarks (68 points)", [("engines.dlib_landmarker", "DlibLandmarker.forward")]),
+    ("analyse", "  landmarks (68 points)", [("engines.dlib_landmarker", "DlibLandmarker.forward_many")]),
     ("analyse", "  optical flow", [("stream.analysis.face_motion", "follow_face")]),
     ("analyse", "  pose smoother (Kalman)", [("stream.analysis.pose_smoother", "PoseShapeSmoother.__call__")]),
     ("swap", "piecewise warp", [("engines.piecewise_affine", "forward_warp")]),
