@@ -13,7 +13,8 @@ import pytest
 import engines.dlib_shape as dlib_shape
 from engines.dlib_landmarker import DlibLandmarker
 from engines.dlib_models import model_path, shared_model
-from engines.dlib_shape import ShapeFileError, ShapePredictor, _accumulate_rows, _Tokens
+from engines.dlib_shape import (ShapeFileError, ShapePredictor, _accumulate_rows, _Tokens, cache_dir,
+                                load_shape_model, read_shape_model)
 from engines.frame_views import FrameViews
 from stream.media.demo_clips import astronaut, group_picture
 
@@ -180,3 +181,34 @@ def test_a_file_that_is_not_a_shape_predictor_is_named_with_its_problem(tmp_path
         ShapePredictor(tmp_path / "v2.dat")
     with pytest.raises(ShapeFileError, match=r"missing\.dat: cannot be read"):
         ShapePredictor(tmp_path / "missing.dat")
+
+
+def _same_model(a, b) -> bool:
+    return a.depth == b.depth and all(np.array_equal(getattr(a, k), getattr(b, k)) for k in
+                                      ("mean_shape", "split_a", "split_b", "threshold", "leaves", "anchor", "offset"))
+
+
+def test_the_model_read_once_is_loaded_from_the_cache_afterwards(tmp_path, monkeypatch) -> None:
+    """The first process reads dlib's file (1.3 s) and keeps the arrays in the user's cache;
+    the next loads them (0.05 s). A changed file, a damaged cache or one that cannot be
+    written cost only the reading."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    source = tmp_path / "shape.dat"
+    source.write_bytes(open(model_path("landmarks"), "rb").read())
+    first = load_shape_model(source)
+    kept = list(cache_dir().glob("shape.*.npz"))
+    assert cache_dir() == tmp_path / "cache" / "facestream" / "dlib" and len(kept) == 1
+    assert not list(cache_dir().glob("*.part"))
+    read = []
+    monkeypatch.setattr(dlib_shape, "read_shape_model", lambda p: read.append(p) or read_shape_model(p))
+    assert _same_model(load_shape_model(source), first) and read == []  # from the cache
+    kept[0].write_bytes(kept[0].read_bytes()[:1000])  # damaged: read again, and kept again
+    assert _same_model(load_shape_model(source), first) and len(read) == 1
+    assert _same_model(load_shape_model(source), first) and len(read) == 1
+    with open(source, "ab") as f:  # the file changed: its cache is another
+        f.write(_pack(7))
+    with pytest.raises(ShapeFileError, match="bytes after the model"):
+        load_shape_model(source)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(source))  # a file where the folder should be
+    source.write_bytes(open(model_path("landmarks"), "rb").read())
+    assert _same_model(load_shape_model(source), first) and len(read) == 3
