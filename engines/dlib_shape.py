@@ -88,11 +88,11 @@ def _token_starts(buf: np.ndarray, start: int, stop: int) -> np.ndarray:
     first = np.concatenate((np.array([start], np.int32), sync))
     ends = np.concatenate((sync, np.array([stop], np.int32)))
     # Each lane walks on past its end (to be cut off below) until every lane has passed its
-    # own: CHUNK + SYNC bytes of padding keep the walks inside `buf`.
+    # own, held at the buffer's last byte. An integer takes 2 bytes or more, so a chunk
+    # takes at most CHUNK / 2 steps (more where the chunk after it had no meeting point).
     cap = np.int32(len(buf) - 1)
     pos = first.copy()
-    rows = max(16, int(2 * CHUNK // 2 + 8))
-    walked = np.empty((rows, len(first)), np.int32)
+    walked = np.empty((CHUNK // 2 + 16, len(first)), np.int32)
     t = 0
     while True:
         if t == len(walked):
