@@ -95,8 +95,13 @@ def test_round_trip_pixels_close_to_original(tmp_path: Path) -> None:
     make = frame_maker(seed=3)
     make_clip(src, make, 20, audio=False)
     transcode(src, dst, EncodeConfig(crf=18))
+    # Two lossy H.264 encodes (the clip's and ours) and their colour conversions: the error
+    # depends on the CPU's SIMD paths in x264 and swscale. The worst frame's mean was under
+    # 4.0 on the Xeons of November; on an AMD EPYC with AVX-512 it is 3.93 or 4.03 (the same
+    # process, run to run). A conversion gone wrong (channels swapped, a range or matrix
+    # mismatch, a frame out of order) is tens.
     for i, image in enumerate(decoded_images(dst)):
-        assert np.abs(image.astype(np.int16) - make(i)).mean() < 4.0
+        assert np.abs(image.astype(np.int16) - make(i)).mean() < 5.0
 
 
 def test_source_info_and_colour_match_pyav(tmp_path: Path) -> None:
