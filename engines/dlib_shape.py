@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -137,7 +138,6 @@ class _Tokens:
     """dlib's integers of a file, in order, decoded a block at a time."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
         self._file = path.open("rb")
         self._buf = np.zeros(BLOCK + 2 * MAX_TOKEN + 16, np.uint8)
         self._have = 0  # valid bytes in _buf
@@ -383,7 +383,8 @@ def _check(m: ShapeModel) -> None:
 
 class ShapePredictor:
     """dlib's shape predictor over numpy: `predict(gray, boxes)`, the points of every box at
-    once. Keeps nothing between calls, so calls from several threads may overlap.
+    once. Keeps nothing between calls but each thread's bordered copy of the picture, so
+    calls from several threads may overlap.
 
     Per cascade level, for all faces at once: the similarity from the mean shape is linear
     in the shape (two numbers a, b: the rotation-and-scale [[a, -b], [b, a]]), so the
@@ -397,7 +398,6 @@ class ShapePredictor:
     in dlib's order the points are dlib's (tests/test_dlib_shape.py)."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
         m = load_shape_model(path)
         levels, pixels = m.anchor.shape
         nodes = 2 ** m.depth - 1
@@ -426,6 +426,7 @@ class ShapePredictor:
         self._leaf_of = _leaf_table(m.depth) if nodes <= 16 else None
         self._bit = (2.0 ** np.arange(nodes)).astype(np.float32)
         self._sum_rows = _sum_rows if _sums_in_order() else _accumulate_rows
+        self._local = threading.local()
 
     def predict(self, gray: np.ndarray, boxes: Sequence[tuple[int, int, int, int]]) -> np.ndarray:
         """The points (faces, parts, 2), float32 whole pixels, of each box (left, top, right,
@@ -436,7 +437,7 @@ class ShapePredictor:
         if gray.ndim != 2 or gray.dtype != np.uint8:
             raise ValueError(f"the picture must be 2-D uint8, got {gray.dtype} {gray.shape}")
         h, w = gray.shape
-        padded = np.zeros((h + 2, w + 2), np.uint8)
+        padded = self._padded(h, w)
         padded[1:-1, 1:-1] = gray
         flat_gray = padded.ravel()
         box = np.asarray(boxes, np.float64).reshape(faces, 4)
@@ -469,6 +470,15 @@ class ShapePredictor:
             shape = self._sum_rows(stack.reshape(self._trees + 1, -1)).reshape(faces, -1)
         box_size = box[:, None, 2:] - box[:, None, :2]
         return np.floor(shape.reshape(faces, -1, 2) * box_size + box[:, None, :2] + 0.5).astype(np.float32)
+
+    def _padded(self, h: int, w: int) -> np.ndarray:
+        """This thread's (h + 2, w + 2) picture with a zero border, kept between calls (a
+        frame-sized buffer made afresh for every frame is mapped and zeroed each time);
+        the caller fills its inside."""
+        buf = getattr(self._local, "padded", None)
+        if buf is None or buf.shape != (h + 2, w + 2):
+            buf = self._local.padded = np.zeros((h + 2, w + 2), np.uint8)
+        return buf
 
     def _leaves_reached(self, above: np.ndarray, walk: bool = False) -> np.ndarray:
         """Each tree's leaf (faces, trees) from its splits' answers (faces, trees, nodes):

@@ -3,8 +3,6 @@
 file that is not a shape predictor."""
 from __future__ import annotations
 
-import threading
-
 import cv2
 import dlib
 import numpy as np
@@ -13,8 +11,15 @@ import pytest
 import engines.dlib_shape as dlib_shape
 from engines.dlib_landmarker import DlibLandmarker
 from engines.dlib_models import model_path, shared_model
-from engines.dlib_shape import (ShapeFileError, ShapePredictor, _accumulate_rows, _Tokens, cache_dir,
-                                load_shape_model, read_shape_model)
+from engines.dlib_shape import (
+    ShapeFileError,
+    ShapePredictor,
+    _accumulate_rows,
+    _Tokens,
+    cache_dir,
+    load_shape_model,
+    read_shape_model,
+)
 from engines.frame_views import FrameViews
 from stream.media.demo_clips import astronaut, group_picture
 
@@ -111,25 +116,6 @@ def test_the_landmarker_gives_the_predictors_points_for_each_box(predictor: Shap
         centre = points.mean(axis=0)
         assert x0 < centre[0] < x1 and y0 < centre[1] < y1
     assert lm.forward_many(frame, []) == []
-
-
-def test_calls_from_several_threads_each_get_their_own_points(predictor: ShapePredictor) -> None:
-    cases = _boxes()
-    alone = [predictor.predict(gray, boxes) for gray, boxes in cases]
-    got: list[list[np.ndarray]] = [[], [], [], []]
-
-    def work(i: int) -> None:
-        gray, boxes = cases[i % 2]
-        for _ in range(5):
-            got[i].append(predictor.predict(gray, boxes))
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for i in range(4):
-        assert len(got[i]) == 5 and all(np.array_equal(p, alone[i % 2]) for p in got[i])
 
 
 def _pack(value: int) -> bytes:
