@@ -458,14 +458,14 @@ class ShapePredictor:
             p = np.floor(at * size + origin)
             np.clip(p, 0.0, top, out=p)
             index = (p.reshape(faces, -1, 2) @ row).astype(np.intp)
-            grey = np.take(flat_gray, index).astype(np.int16)
-            pair = np.take(grey, self._splits[level], axis=1)
+            grey = np.take(flat_gray, index, mode="clip").astype(np.int16)
+            pair = np.take(grey, self._splits[level], axis=1, mode="clip")
             split = pair.shape[1] // 2
             above = pair[:, :split] - pair[:, split:] > self._threshold[level]
             leaf = self._leaves_reached(above.reshape(faces, self._trees, self._nodes))
             # Row 0 the shape, then tree by tree each face's leaf, summed down the rows: in
             # dlib's order, ((shape + tree 0) + tree 1) + ... (see _sums_in_order).
-            np.take(self._leaves[level], (leaf + self._leaf0).T.ravel(), axis=0, out=stack[faces:])
+            np.take(self._leaves[level], (leaf + self._leaf0).T.ravel(), axis=0, out=stack[faces:], mode="clip")
             stack[:faces] = shape
             shape = self._sum_rows(stack.reshape(self._trees + 1, -1)).reshape(faces, -1)
         box_size = box[:, None, 2:] - box[:, None, :2]
