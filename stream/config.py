@@ -154,7 +154,9 @@ class EncodeConfig:
     codec: str = "libx264"
     preset: str = "veryfast"
     crf: int = 20
-    threads: int = 0  # 0: let the encoder choose
+    # x264's threads. 0: auto, one on a machine of 4 cores or fewer (the stages keep the cores
+    # busy; its frame threads only added work, stream/runtime/cores.py), its own choice above.
+    threads: int = 0
     # Quantiser steps finer on the swapped faces than on the rest of the picture (x264's and
     # x265's QP: 6 steps halve the step size), for faces up to 64 px wide, fading to none at
     # 112 px (stream/media/face_roi.py): at crf 20 a 40 px face's eyes and mouth are
@@ -182,10 +184,14 @@ class PipelineConfig:
     # small call (a face's optical flow, its warp) over the cores as well only added overhead:
     # six faces, serial, 2 cores, 91 -> 80 ms of CPU a frame, the same pixels (tools/cost_parts.py).
     cv_threads: int = 1
+    # The file decoder's threads (frame and slice threads). 0: auto, one on a machine of 4
+    # cores or fewer, FFmpeg's own choice above (as encode.threads; stream/runtime/cores.py).
+    decode_threads: int = 0
 
     def __post_init__(self) -> None:
         _check(self.ring_depth >= 1, f"pipeline.ring_depth must be >= 1, got {self.ring_depth}")
         _check(self.cv_threads >= 0, f"pipeline.cv_threads must be >= 0, got {self.cv_threads}")
+        _check(self.decode_threads >= 0, f"pipeline.decode_threads must be >= 0, got {self.decode_threads}")
         _check(self.live_ring_depth >= 1, f"pipeline.live_ring_depth must be >= 1, got {self.live_ring_depth}")
         _check(self.max_faces >= 1, f"pipeline.max_faces must be >= 1, got {self.max_faces}")
 

@@ -119,10 +119,51 @@ def test_source_info_and_colour_match_pyav(tmp_path: Path) -> None:
     source.close()
 
 
+def test_one_decoder_thread_gives_the_same_pictures(tmp_path: Path) -> None:
+    src = tmp_path / "in.mp4"
+    make_clip(src, frame_maker(seed=5), 14, audio=False)
+    pictures = {}
+    for threads in (0, 1, 2):
+        source = FileSource(src, threads=threads)
+        info = source.open()
+        count = source._stream.codec_context.thread_count  # 0: FFmpeg's choice, made at open
+        assert count == threads if threads else count >= 1
+        slot, got = image_slot(info), []
+        while source.read_into(slot):
+            got.append(slot.image.copy())
+        source.close()
+        pictures[threads] = np.stack(got)
+    assert len(pictures[0]) == 14
+    assert np.array_equal(pictures[0], pictures[1]) and np.array_equal(pictures[0], pictures[2])
+
+
+def test_codec_threads_auto_is_one_on_few_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stream.runtime import cores
+    for n, auto in ((1, 1), (2, 1), (4, 1), (5, 0), (16, 0)):
+        monkeypatch.setattr(cores, "usable_cores", lambda n=n: n)
+        assert cores.codec_threads(0) == auto  # 0: the codec's own choice
+        assert cores.codec_threads(3) == 3  # asked for: as asked
+    monkeypatch.undo()
+    assert cores.usable_cores() >= 1
+
+
+def test_sink_encoder_threads_follow_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stream.runtime import cores
+    src = tmp_path / "in.mp4"
+    make_clip(src, frame_maker(seed=6), 4, audio=False)
+    info = FileSource(src).open()
+    for n, threads, expect in ((2, 0, 1), (8, 0, 0), (2, 3, 3)):
+        monkeypatch.setattr(cores, "usable_cores", lambda n=n: n)
+        sink = FileSink(tmp_path / f"out-{n}-{threads}.mp4", info, EncodeConfig(preset="ultrafast", threads=threads))
+        sink.open()
+        assert sink._video.codec_context.thread_count == expect
+        sink.close()
+
+
 def test_read_into_reuses_the_buffer_and_stamps_slots(tmp_path: Path) -> None:
     src = tmp_path / "in.mp4"
     pts = make_clip(src, frame_maker(seed=2), 10, vfr=True, audio=False)
-    source = FileSource(src, threaded=False)
+    source = FileSource(src, threads=1)
     info = source.open()
     slot = image_slot(info)
     pointer = slot.image.__array_interface__["data"][0]

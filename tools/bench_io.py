@@ -21,27 +21,32 @@ sys.path.insert(0, str(ROOT))
 
 from stream.config import EncodeConfig  # noqa: E402
 from stream.media.convert import YuvFramer, copy_yuv420p_planes  # noqa: E402
+from stream.runtime.cores import codec_threads, usable_cores  # noqa: E402
 from stream.runtime.slot import Pasted, Slot  # noqa: E402
 from stream.sinks.file import FileSink  # noqa: E402
 from stream.sources.file import FileSource  # noqa: E402
 from tools.media import make_clip, pattern_frame  # noqa: E402
 
 
-def bench_decode(path: Path, threaded: bool) -> tuple[float, int]:
-    source = FileSource(path, threaded=threaded)
+def bench_decode(path: Path, threads: int) -> tuple[float, float, int]:
+    """fps, CPU ms a frame (every thread's) and the frames on the fast colour path, of
+    FileSource with `threads` decoder threads (0: FFmpeg's choice)."""
+    source = FileSource(path, threads=threads)
     info = source.open()
     slot = Slot(0, {"image": np.empty((info.height, info.width, 3), np.uint8)})
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     while source.read_into(slot):
         pass
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     source.close()
-    return source.frames_read / elapsed, source._fast_frames
+    return source.frames_read / elapsed, cpu / source.frames_read * 1e3, source._fast_frames
 
 
 def bench_encode(path: Path, out: Path, preset: str, face_qp: float = 0.0,
-                 boxes: tuple[tuple[float, float, float, float], ...] = ()) -> float:
-    """fps of FileSink at `preset`; with `boxes`, each frame comes with those faces pasted."""
+                 boxes: tuple[tuple[float, float, float, float], ...] = (), threads: int = 0
+                 ) -> tuple[float, float]:
+    """fps and CPU ms a frame (every thread's) of FileSink at `preset` with `threads` x264
+    threads (0: auto); with `boxes`, each frame comes with those faces pasted."""
     source = FileSource(path)
     info = source.open()
     images = []
@@ -51,17 +56,18 @@ def bench_encode(path: Path, out: Path, preset: str, face_qp: float = 0.0,
             break
         images.append(slot.image)
     source.close()
-    sink = FileSink(out, info, EncodeConfig(preset=preset, face_qp=face_qp), audio_from=path)
+    sink = FileSink(out, info, EncodeConfig(preset=preset, face_qp=face_qp, threads=threads), audio_from=path)
     sink.open()
     slot = Slot(0, {"image": images[0]})
     slot.payload = Pasted(boxes)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for i in range(info.frames):
         np.copyto(slot.buffers["image"], images[i % len(images)])
         slot.seq, slot.pts, slot.time_base = i, round(i / info.rate / info.time_base), info.time_base
         sink.write(slot)
     sink.close()
-    return sink.frames_written / (time.perf_counter() - start)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return sink.frames_written / elapsed, cpu / sink.frames_written * 1e3
 
 
 def bench_decode_paths(path: Path) -> tuple[float, float, float, float]:
@@ -121,13 +127,21 @@ def main() -> None:
         clip = Path(tmp) / "bench.mp4"
         make_clip(clip, lambda i: pattern_frame(i, args.width, args.height), args.frames, fps=30)
         print(f"clip: {args.width}x{args.height}, 30 fps, {args.frames} frames, H.264 + AAC")
-        for threaded in (True, False):
-            fps, fast = bench_decode(clip, threaded)
-            print(f"decode (FileSource, threaded={threaded}): {fps:7.1f} fps "
+        print(f"this machine: {usable_cores()} cores; threads 'auto' gives the codecs "
+              f"{codec_threads(0) or 'their own choice of'} thread(s)")
+        # Best of 3 each: the machine's drift hits every setting alike.
+        for threads, label in ((0, "FFmpeg's choice of threads"), (1, "one thread")):
+            runs = [bench_decode(clip, threads) for _ in range(3)]
+            fps, cpu, fast = max(runs)[0], min(r[1] for r in runs), runs[-1][2]
+            print(f"decode (FileSource, {label}): {fps:7.1f} fps, {cpu:.2f} ms of CPU a frame "
                   f"({fast}/{args.frames} frames on the I420 path)")
+        many = max(2, usable_cores() * 3 // 2)  # what x264 itself chooses: 1.5 a core
         for preset in ("ultrafast", "veryfast"):
-            fps = bench_encode(clip, Path(tmp) / f"out-{preset}.mp4", preset)
-            print(f"encode (FileSink, libx264 {preset}, crf 20, audio copied): {fps:7.1f} fps")
+            for threads in (many, 1):
+                runs = [bench_encode(clip, Path(tmp) / f"out-{preset}.mp4", preset, threads=threads)
+                        for _ in range(3)]
+                print(f"encode (FileSink, libx264 {preset}, crf 20, audio copied, {threads} thread(s)): "
+                      f"{max(r[0] for r in runs):7.1f} fps, {min(r[1] for r in runs):.2f} ms of CPU a frame")
         # Six 48 px faces in a row across the picture's middle, pasted on every frame.
         side, y = 48.0, args.height / 2 - 24
         faces = tuple((args.width * (k + 0.5) / 6 - side / 2, y, args.width * (k + 0.5) / 6 + side / 2, y + side)
@@ -136,7 +150,7 @@ def main() -> None:
         steps = tuple(sorted({0.0, 2.5, EncodeConfig().face_qp}))  # off, the first default, the default
         for face_qp in steps * 2:  # alternated: the machine's drift hits each
             out = Path(tmp) / f"faces-{face_qp}.mp4"
-            sized.append((face_qp, bench_encode(clip, out, "veryfast", face_qp, faces), out.stat().st_size))
+            sized.append((face_qp, bench_encode(clip, out, "veryfast", face_qp, faces)[0], out.stat().st_size))
         for face_qp in steps:
             runs = [(fps, size) for q, fps, size in sized if q == face_qp]
             print(f"encode (veryfast, six 48 px faces pasted, encode.face_qp={face_qp}): "

@@ -20,6 +20,7 @@ from stream.media.close import close_quietly
 from stream.media.convert import YuvFramer, apply_tags
 from stream.media.face_roi import FaceRegions
 from stream.media.video_info import VideoInfo
+from stream.runtime.cores import codec_threads
 from stream.runtime.slot import Slot
 from stream.sinks.carried_streams import CarriedStreams
 from stream.sinks.live_sound import LiveSound
@@ -166,7 +167,7 @@ class FileSink:
         # so VFR timing survives exactly (frame-indexed containers: one frame per tick).
         video.time_base = self._time_base
         video.codec_context.time_base = self._time_base
-        video.codec_context.thread_count = enc.threads
+        video.codec_context.thread_count = codec_threads(enc.threads)
         # The input's colour tags on the output, and the matching conversion: BT.709 and
         # full-range inputs come back as they were outside the faces (untagged stays untagged).
         apply_tags(video.codec_context, info.colour)

@@ -48,9 +48,11 @@ class FileSource:
     `SourceError` naming the file; no raw PyAV exception escapes.
     """
 
-    def __init__(self, path: str | os.PathLike[str], threaded: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], threads: int = 0) -> None:
+        """`threads`: the decoder's, 0 for FFmpeg's own choice (frame and slice threads), 1
+        for one (a run's FileSource gets `codec_threads(pipeline.decode_threads)`)."""
         self.path = Path(path)
-        self.threaded = threaded
+        self.threads = threads
         self.frames_read = 0
         self.info: VideoInfo | None = None
         self._container: av.container.InputContainer | None = None
@@ -92,9 +94,12 @@ class FileSource:
             container.close()
             raise self._error("has no video stream")
         stream = container.streams.video[0]
-        if self.threaded:
-            # Frame + slice threads: decoding is the source's whole cost, and PyAV drops the GIL.
+        if self.threads != 1:
+            # Frame + slice threads (PyAV drops the GIL while decoding).
             stream.thread_type = "AUTO"
+            stream.codec_context.thread_count = self.threads
+        else:
+            stream.codec_context.thread_count = 1
         ctx = stream.codec_context
         if not ctx.width or not ctx.height:
             container.close()
