@@ -2,9 +2,10 @@
 
 On a machine of few cores the pipeline's own stage threads keep every core busy, and the
 H.264 decoder's and x264's frame threads only add work: their hand-offs, and frames held
-for reordering. On 2 cores a one-face 720p staged run spent 2.1 ms of CPU a frame in a
-threaded decoder against 1.7 ms in one thread, and x264 (ultrafast) 3.0 against 2.7 ms
-(tools/bench_io.py prints both). With more cores the codecs' own threads are free to use.
+for reordering. On 2 cores, decoding the one-face 720p bench clip took 1.6 ms of CPU a
+frame with FFmpeg's threads against 1.3 ms in one (medians of 6), and x264 (ultrafast) 2.9
+against 2.7 ms (medians of 5); the pictures are the same. tools/bench_io.py prints both
+settings. With more cores the codecs' own threads are free to use.
 """
 from __future__ import annotations
 
