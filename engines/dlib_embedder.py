@@ -1,4 +1,4 @@
-"""dlib's 128-d ResNet face embedding (about 40 ms a face on one core, mostly off the GIL).
+"""dlib's 128-d ResNet face embedding (about 12 ms a face on one core, mostly off the GIL).
 
 dlib aligns the face's 150x150 chip from its 68 points (`dlib.get_face_chip`, as its own
 `compute_face_descriptor` does); the network itself runs with numpy from dlib's own weights

@@ -16,7 +16,7 @@ real face rolled 26 degrees or 40 px wide as low as 0), so each box is checked t
    saw but HOG scores it 2; a cartoon face HOG scores up to 0.9 the embedding puts far from
    faces). A box whose sum is not above `margin` is not a face.
 
-The embedding is the costly part (~40 ms: engines.dlib_resnet), so verdicts are remembered:
+The embedding is the costly part (~12 ms: engines.dlib_resnet), so verdicts are remembered:
 a box that overlaps a box judged at one of the last detections takes its verdict. A face is judged afresh every
 `recheck` detections, a rejected box every `recheck_rejected` (sooner: a real face judged
 in a bad frame, blurred or half turned, must not stay unswapped for long). A face therefore
