@@ -62,5 +62,17 @@ class DlibEmbedder:
         # Its runs keep nothing between calls, so they may overlap: no lock.
         return self._model.embed(chip)
 
+    def forward_many(self, image: ImageBGR, landmarks: list[Landmarks68]) -> npt.NDArray[np.float32]:
+        """The (n, 128) embeddings of the faces these points align, run as one batch
+        (DlibResNet.embed_many: several faces cost less together than one by one)."""
+        if self._model is None:
+            self.open()
+        assert self._model is not None
+        if not landmarks:
+            return np.empty((0, 128), np.float32)
+        chips = np.stack([self.chip(image, points) for points in landmarks])
+        self.calls += len(landmarks)
+        return self._model.embed_many(chips)
+
     def distance(self, a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
         return float(np.linalg.norm(a - b))

@@ -112,16 +112,33 @@ class FaceFilter:
     def embedding_score(self, image: ImageBGR, points: Landmarks68) -> float:
         """The discriminant's score of the face these points align, in units of the spread of
         faces' scores: positive is face-like."""
-        embedding = self.embedder.forward(image, points)
-        return float(embedding @ self._weights + BIAS) / SCALE
+        return float(self.embedding_scores(image, [points])[0])
+
+    def embedding_scores(self, image: ImageBGR, points: list[Landmarks68]) -> np.ndarray:
+        """`embedding_score` of each face, their embeddings run as one batch."""
+        embeddings = self.embedder.forward_many(image, points)
+        return (embeddings @ self._weights + BIAS) / SCALE
 
     def is_face(self, frame: FrameViews, box: Box, score: float) -> bool:
         """Judge one box (with its detector score) afresh, without the memory."""
-        points = self.landmarker.forward(frame, box)
-        if not plausible(points, box):
-            return False
-        self.judged += 1
-        return self.embedding_score(frame.bgr, points) + score > self.margin
+        return self.are_faces(frame, [(box, score)])[0]
+
+    def are_faces(self, frame: FrameViews, found: Sequence[tuple[Box, float]]) -> list[bool]:
+        """Judge boxes (with their detector scores) afresh, without the memory: the points of
+        all at once, then the embeddings of those laid out as faces as one batch (a scene's
+        six new faces: their embeddings 36-42 ms together, 48 ms one by one)."""
+        if not found:
+            return []
+        boxes = [box for box, _ in found]
+        points = self.landmarker.forward_many(frame, boxes)
+        laid_out = [k for k, (p, box) in enumerate(zip(points, boxes)) if plausible(p, box)]
+        verdicts = [False] * len(found)
+        if laid_out:
+            self.judged += len(laid_out)
+            scores = self.embedding_scores(frame.bgr, [points[k] for k in laid_out])
+            for k, s in zip(laid_out, scores):
+                verdicts[k] = bool(s + found[k][1] > self.margin)
+        return verdicts
 
     def confirm(self, frame: FrameViews, box: Box) -> bool:
         """A followed face's box that a detection missed still holds a face (an occluded face
@@ -140,12 +157,16 @@ class FaceFilter:
         with self._lock:  # a live run may detect in line while a background detection runs
             self._detections += 1
             now = self._detections
+            # A box takes an earlier verdict where it can (never one made at this detection:
+            # see _remembered); the others are judged together.
+            verdicts = [self._remembered(box, now) for box, _ in found]
+            fresh = [k for k, v in enumerate(verdicts) if v is None]
+            for k, face in zip(fresh, self.are_faces(frame, [found[k] for k in fresh])):
+                verdicts[k] = _Verdict(found[k][0], face, now, now)
+                self._memory.append(verdicts[k])
             kept = []
-            for box, score in found:
-                verdict = self._remembered(box, now)
-                if verdict is None:
-                    verdict = _Verdict(box, self.is_face(frame, box, score), now, now)
-                    self._memory.append(verdict)
+            for (box, score), verdict in zip(found, verdicts):
+                assert verdict is not None
                 if verdict.face:
                     kept.append((box, score))
                 else:

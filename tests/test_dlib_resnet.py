@@ -67,6 +67,25 @@ def test_the_embedding_is_dlibs_own(faces) -> None:
     assert min(dists) > emb.threshold
 
 
+def test_a_batch_of_chips_gives_each_chips_embedding(faces) -> None:
+    """embed_many over every face (two batches of BATCH and the rest) against embed one by one."""
+    emb = DlibEmbedder()
+    emb.open()
+    chips = np.stack([emb.chip(bgr, points) for bgr, points in faces])
+    model = emb._model
+    assert model is not None
+    many = model.embed_many(chips)
+    assert many.shape == (len(faces), 128) and many.dtype == np.float32
+    one = np.stack([model.embed(chip) for chip in chips])
+    assert np.abs(many - one).max() < TOLERANCE
+    assert np.array_equal(model.embed_many(chips[:1])[0], one[0])  # a batch of one is `embed`
+    assert model.embed_many(chips[:0]).shape == (0, 128)
+    with pytest.raises(ValueError, match="face chips are"):
+        model.embed_many(chips[0])
+    bgr = faces[0][0]
+    assert np.abs(emb.forward_many(bgr, [faces[0][1]])[0] - one[0]).max() == 0
+
+
 def test_runs_from_several_threads_at_once_each_get_their_own(faces) -> None:
     emb = DlibEmbedder()
     alone = [emb.forward(bgr, points) for bgr, points in faces]

@@ -154,6 +154,29 @@ def test_memory_judges_a_box_once(detector) -> None:  # type: ignore[no-untyped-
     assert filt.judged == judged + 2 and filt.rejected == 2 * 4
 
 
+def test_boxes_judged_together_as_one_by_one() -> None:
+    """A detection's new boxes are judged as a batch (points at once, embeddings as one run):
+    the same verdicts, and nearly the same scores, as each judged alone."""
+    image, _ = rotate_scene().frame(54)
+    views = FrameViews(image)
+    filt = FaceFilter(DlibHogDetector())
+    filt.open()
+    found = filt.detector.forward(views)
+    group = group_picture()
+    found_group = filt.detector.forward(FrameViews(group))
+    assert len(found) == 3 and len(found_group) == 6  # a face and two badges; six faces
+    for views_, boxes in ((views, found), (FrameViews(group), found_group)):
+        together = filt.are_faces(views_, boxes)
+        alone = [filt.is_face(views_, box, score) for box, score in boxes]
+        assert together == alone
+        points = [filt.landmarker.forward(views_, box) for box, _ in boxes]
+        batch = filt.embedding_scores(views_.bgr, points)
+        single = [filt.embedding_score(views_.bgr, p) for p in points]
+        assert np.abs(batch - np.array(single)).max() < 1e-4
+    assert sum(filt.are_faces(views, found)) == 1 and all(filt.are_faces(FrameViews(group), found_group))
+    assert filt.are_faces(views, []) == []
+
+
 def test_plausible_rejects_a_scrambled_layout() -> None:
     image = astronaut()
     views = FrameViews(image)
