@@ -154,8 +154,9 @@ class EncodeConfig:
     codec: str = "libx264"
     preset: str = "veryfast"
     crf: int = 20
-    # x264's threads. 0: auto, one on a machine of 4 cores or fewer (the stages keep the cores
-    # busy; its frame threads only added work, stream/runtime/cores.py), its own choice above.
+    # x264's threads. 0: auto, one for a picture up to 720p on a machine of 4 cores or fewer
+    # (the stages keep the cores busy; its frame threads only add work), its own choice
+    # otherwise (stream/runtime/cores.py).
     threads: int = 0
     # Quantiser steps finer on the swapped faces than on the rest of the picture (x264's and
     # x265's QP: 6 steps halve the step size), for faces up to 64 px wide, fading to none at
@@ -184,8 +185,8 @@ class PipelineConfig:
     # small call (a face's optical flow, its warp) over the cores as well only added overhead:
     # six faces, serial, 2 cores, 91 -> 80 ms of CPU a frame, the same pixels (tools/cost_parts.py).
     cv_threads: int = 1
-    # The file decoder's threads (frame and slice threads). 0: auto, one on a machine of 4
-    # cores or fewer, FFmpeg's own choice above (as encode.threads; stream/runtime/cores.py).
+    # The file decoder's threads (frame and slice threads). 0: auto, as encode.threads (one for
+    # a picture up to 720p on 4 cores or fewer, FFmpeg's own choice otherwise).
     decode_threads: int = 0
 
     def __post_init__(self) -> None:

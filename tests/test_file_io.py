@@ -123,31 +123,32 @@ def test_one_decoder_thread_gives_the_same_pictures(tmp_path: Path) -> None:
     src = tmp_path / "in.mp4"
     make_clip(src, frame_maker(seed=5), 14, audio=False)
     pictures = {}
-    for threads in (0, 1, 2):
+    for threads in (0, 1, 3):
         source = FileSource(src, threads=threads)
         info = source.open()
-        count = source._stream.codec_context.thread_count  # 0: FFmpeg's choice, made at open
-        assert count == threads if threads else count >= 1
+        count = source._stream.codec_context.thread_count
+        assert count == threads if threads else count >= 1  # 0: auto (see below)
         slot, got = image_slot(info), []
         while source.read_into(slot):
             got.append(slot.image.copy())
         source.close()
         pictures[threads] = np.stack(got)
     assert len(pictures[0]) == 14
-    assert np.array_equal(pictures[0], pictures[1]) and np.array_equal(pictures[0], pictures[2])
+    assert np.array_equal(pictures[0], pictures[1]) and np.array_equal(pictures[0], pictures[3])
 
 
-def test_codec_threads_auto_is_one_on_few_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_codec_threads_auto_is_one_for_small_pictures_on_few_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     from stream.runtime import cores
-    for n, auto in ((1, 1), (2, 1), (4, 1), (5, 0), (16, 0)):
+    hd, full_hd = 1280 * 720, 1920 * 1080
+    for n, pixels, auto in ((1, hd, 1), (2, hd, 1), (4, 640 * 360, 1), (2, full_hd, 0), (5, hd, 0), (16, hd, 0)):
         monkeypatch.setattr(cores, "usable_cores", lambda n=n: n)
-        assert cores.codec_threads(0) == auto  # 0: the codec's own choice
-        assert cores.codec_threads(3) == 3  # asked for: as asked
+        assert cores.codec_threads(0, pixels) == auto  # 0: the codec's own choice
+        assert cores.codec_threads(3, pixels) == 3  # asked for: as asked
     monkeypatch.undo()
     assert cores.usable_cores() >= 1
 
 
-def test_sink_encoder_threads_follow_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_codec_threads_follow_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from stream.runtime import cores
     src = tmp_path / "in.mp4"
     make_clip(src, frame_maker(seed=6), 4, audio=False)
@@ -158,6 +159,11 @@ def test_sink_encoder_threads_follow_the_setting(tmp_path: Path, monkeypatch: py
         sink.open()
         assert sink._video.codec_context.thread_count == expect
         sink.close()
+        source = FileSource(src, threads=threads)
+        source.open()
+        count = source._stream.codec_context.thread_count
+        assert count == expect if expect else count >= 1  # FFmpeg's choice, made at open
+        source.close()
 
 
 def test_read_into_reuses_the_buffer_and_stamps_slots(tmp_path: Path) -> None:

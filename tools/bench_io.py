@@ -30,7 +30,7 @@ from tools.media import make_clip, pattern_frame  # noqa: E402
 
 def bench_decode(path: Path, threads: int) -> tuple[float, float, int]:
     """fps, CPU ms a frame (every thread's) and the frames on the fast colour path, of
-    FileSource with `threads` decoder threads (0: FFmpeg's choice)."""
+    FileSource with `threads` decoder threads."""
     source = FileSource(path, threads=threads)
     info = source.open()
     slot = Slot(0, {"image": np.empty((info.height, info.width, 3), np.uint8)})
@@ -127,15 +127,16 @@ def main() -> None:
         clip = Path(tmp) / "bench.mp4"
         make_clip(clip, lambda i: pattern_frame(i, args.width, args.height), args.frames, fps=30)
         print(f"clip: {args.width}x{args.height}, 30 fps, {args.frames} frames, H.264 + AAC")
+        auto = codec_threads(0, args.width * args.height)
         print(f"this machine: {usable_cores()} cores; threads 'auto' gives the codecs "
-              f"{codec_threads(0) or 'their own choice of'} thread(s)")
+              f"{auto or 'their own choice of'} thread(s) at this size")
+        many = max(2, usable_cores() * 3 // 2)  # what the codecs themselves choose: 1.5 a core
         # Best of 3 each: the machine's drift hits every setting alike.
-        for threads, label in ((0, "FFmpeg's choice of threads"), (1, "one thread")):
+        for threads, label in ((many, f"{many} threads"), (1, "one thread")):
             runs = [bench_decode(clip, threads) for _ in range(3)]
             fps, cpu, fast = max(runs)[0], min(r[1] for r in runs), runs[-1][2]
             print(f"decode (FileSource, {label}): {fps:7.1f} fps, {cpu:.2f} ms of CPU a frame "
                   f"({fast}/{args.frames} frames on the I420 path)")
-        many = max(2, usable_cores() * 3 // 2)  # what x264 itself chooses: 1.5 a core
         for preset in ("ultrafast", "veryfast"):
             for threads in (many, 1):
                 runs = [bench_encode(clip, Path(tmp) / f"out-{preset}.mp4", preset, threads=threads)

@@ -15,7 +15,6 @@ from stream.media.close import close_quietly
 from stream.media.image_io import read_picture
 from stream.media.probe import probe_video
 from stream.media.video_info import VideoInfo
-from stream.runtime.cores import codec_threads
 from stream.runtime.metrics import Metrics
 from stream.runtime.protocols import Sink, Source
 from stream.runtime.slot import Pasted, Slot
@@ -44,7 +43,7 @@ def run_video(job: SwapJob, input_path: str, output_path: str,
     open; `on_frame` each slot written (a progress bar). `overwrite=False` refuses an
     existing output. `written` is filled in as the run ends, even when it fails: where the
     frames written so far are. The output is read back before the run counts as done."""
-    source = FileSource(input_path, threads=codec_threads(job.config.pipeline.decode_threads))
+    source = FileSource(input_path, threads=job.config.pipeline.decode_threads)
     info = source.open()
     sink = FileSink(output_path, info, job.config.encode, audio_from=input_path, overwrite=overwrite)
     try:

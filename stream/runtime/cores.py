@@ -1,17 +1,23 @@
 """How many cores this process may use, and how many threads a codec gets from them.
 
 On a machine of few cores the pipeline's own stage threads keep every core busy, and the
-H.264 decoder's and x264's frame threads only add work: their hand-offs, and frames held
-for reordering. On 2 cores, decoding the one-face 720p bench clip took 1.6 ms of CPU a
-frame with FFmpeg's threads against 1.3 ms in one (medians of 6), and x264 (ultrafast) 2.9
-against 2.7 ms (medians of 5); the pictures are the same. tools/bench_io.py prints both
-settings. With more cores the codecs' own threads are free to use.
+H.264 decoder's and x264's frame threads add work (their hand-offs, frames held for
+reordering): on 2 cores, decoding the one-face 720p bench clip took 1.6 ms of CPU a frame
+with FFmpeg's threads against 1.3 ms in one (medians of 6), and x264 (ultrafast) 2.9
+against 2.7 ms (medians of 5); the pictures are the same. Where the picture is large the
+codecs are the pipeline's longest stages, and their threads pay: the `fast` benchmark's
+1080p one-face clip ran at 58-66 fps staged with one thread each and 64-71 with three,
+where 720p ran as fast or a little faster with one (`tools/bench.py`, three rounds:
+six faces 42.9 against 40.6 fps, one face 102.4 against 100.8). So a codec gets one thread
+on a machine of FEW_CORES or fewer for pictures up to SMALL_PICTURE, and chooses for
+itself otherwise. tools/bench_io.py prints both settings' fps and CPU.
 """
 from __future__ import annotations
 
 import os
 
-FEW_CORES = 4  # at or below this, the stages fill the cores: a codec gets one thread
+FEW_CORES = 4  # at or below this, the stages fill the cores
+SMALL_PICTURE = 1280 * 720  # pixels: up to this, a codec in one thread is not the longest stage
 
 
 def usable_cores() -> int:
@@ -22,9 +28,10 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def codec_threads(setting: int) -> int:
-    """A codec's thread count for `setting`: itself when given (> 0); for 0 (auto), one
-    thread on a machine of FEW_CORES or fewer, else 0 (the codec's own choice)."""
+def codec_threads(setting: int, pixels: int) -> int:
+    """A codec's thread count for `setting` and a picture of `pixels`: the setting when given
+    (> 0); for 0 (auto), one thread on a machine of FEW_CORES or fewer for a picture up to
+    SMALL_PICTURE, else 0 (the codec's own choice)."""
     if setting > 0:
         return setting
-    return 1 if usable_cores() <= FEW_CORES else 0
+    return 1 if usable_cores() <= FEW_CORES and pixels <= SMALL_PICTURE else 0

@@ -167,7 +167,7 @@ class FileSink:
         # so VFR timing survives exactly (frame-indexed containers: one frame per tick).
         video.time_base = self._time_base
         video.codec_context.time_base = self._time_base
-        video.codec_context.thread_count = codec_threads(enc.threads)
+        video.codec_context.thread_count = codec_threads(enc.threads, self.width * self.height)
         # The input's colour tags on the output, and the matching conversion: BT.709 and
         # full-range inputs come back as they were outside the faces (untagged stays untagged).
         apply_tags(video.codec_context, info.colour)

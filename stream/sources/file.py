@@ -21,6 +21,7 @@ import numpy as np
 from stream.errors import SourceError, reason_of
 from stream.media.convert import colour_tags, convert_into
 from stream.media.video_info import VideoInfo
+from stream.runtime.cores import codec_threads
 from stream.runtime.slot import Slot
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,9 @@ class FileSource:
     """
 
     def __init__(self, path: str | os.PathLike[str], threads: int = 0) -> None:
-        """`threads`: the decoder's, 0 for FFmpeg's own choice (frame and slice threads), 1
-        for one (a run's FileSource gets `codec_threads(pipeline.decode_threads)`)."""
+        """`threads`: the decoder's (pipeline.decode_threads): 0 for auto (one thread for a
+        picture up to 720p on a machine of 4 cores or fewer, else FFmpeg's own choice of
+        frame and slice threads: stream.runtime.cores), or that many."""
         self.path = Path(path)
         self.threads = threads
         self.frames_read = 0
@@ -94,13 +96,12 @@ class FileSource:
             container.close()
             raise self._error("has no video stream")
         stream = container.streams.video[0]
-        if self.threads != 1:
+        ctx = stream.codec_context
+        threads = codec_threads(self.threads, (ctx.width or 0) * (ctx.height or 0))
+        if threads != 1:
             # Frame + slice threads (PyAV drops the GIL while decoding).
             stream.thread_type = "AUTO"
-            stream.codec_context.thread_count = self.threads
-        else:
-            stream.codec_context.thread_count = 1
-        ctx = stream.codec_context
+        ctx.thread_count = threads
         if not ctx.width or not ctx.height:
             container.close()
             raise self._error("video stream has no picture size (corrupt header?)")
