@@ -185,14 +185,10 @@ class PipelineConfig:
     # small call (a face's optical flow, its warp) over the cores as well only added overhead:
     # six faces, serial, 2 cores, 91 -> 80 ms of CPU a frame, the same pixels (tools/cost_parts.py).
     cv_threads: int = 1
-    # The file decoder's threads (frame and slice threads). 0: auto, as encode.threads (one for
-    # a picture up to 720p on 4 cores or fewer, FFmpeg's own choice otherwise).
-    decode_threads: int = 0
 
     def __post_init__(self) -> None:
         _check(self.ring_depth >= 1, f"pipeline.ring_depth must be >= 1, got {self.ring_depth}")
         _check(self.cv_threads >= 0, f"pipeline.cv_threads must be >= 0, got {self.cv_threads}")
-        _check(self.decode_threads >= 0, f"pipeline.decode_threads must be >= 0, got {self.decode_threads}")
         _check(self.live_ring_depth >= 1, f"pipeline.live_ring_depth must be >= 1, got {self.live_ring_depth}")
         _check(self.max_faces >= 1, f"pipeline.max_faces must be >= 1, got {self.max_faces}")
 

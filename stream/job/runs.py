@@ -43,7 +43,7 @@ def run_video(job: SwapJob, input_path: str, output_path: str,
     open; `on_frame` each slot written (a progress bar). `overwrite=False` refuses an
     existing output. `written` is filled in as the run ends, even when it fails: where the
     frames written so far are. The output is read back before the run counts as done."""
-    source = FileSource(input_path, threads=job.config.pipeline.decode_threads)
+    source = FileSource(input_path)
     info = source.open()
     sink = FileSink(output_path, info, job.config.encode, audio_from=input_path, overwrite=overwrite)
     try:

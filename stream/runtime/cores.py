@@ -1,16 +1,15 @@
-"""How many cores this process may use, and how many threads a codec gets from them.
+"""How many cores this process may use, and how many threads x264 gets from them.
 
-On a machine of few cores the pipeline's own stage threads keep every core busy, and the
-H.264 decoder's and x264's frame threads add work (their hand-offs, frames held for
-reordering): on 2 cores, decoding the one-face 720p bench clip took 1.6 ms of CPU a frame
-with FFmpeg's threads against 1.3 ms in one (medians of 6), and x264 (ultrafast) 2.9
-against 2.7 ms (medians of 5); the pictures are the same. Where the picture is large the
-codecs are the pipeline's longest stages, and their threads pay: the `fast` benchmark's
-1080p one-face clip ran at 58-66 fps staged with one thread each and 64-71 with three,
-where 720p ran as fast or a little faster with one (`tools/bench.py`, three rounds:
-six faces 42.9 against 40.6 fps, one face 102.4 against 100.8). So a codec gets one thread
-on a machine of FEW_CORES or fewer for pictures up to SMALL_PICTURE, and chooses for
-itself otherwise. tools/bench_io.py prints both settings' fps and CPU.
+On a machine of few cores the pipeline's own stage threads keep every core busy, and x264's
+frame threads add work (their hand-offs, frames held for reordering): on 2 cores x264
+(ultrafast) took 2.9 ms of CPU a 720p frame in its own threads against 2.7 ms in one
+(medians of 5). Where the picture is large the encoder is the pipeline's longest stage, and
+its threads pay: the `fast` benchmark's 1080p one-face clip ran at 58-66 fps staged with
+one codec thread and 64-71 with three, where 720p ran as fast or a little faster with one
+(`tools/bench.py`, three rounds: six faces 42.9 against 40.6 fps, one face 102.4 against
+100.8). So x264 gets one thread on a machine of FEW_CORES or fewer for pictures up to
+SMALL_PICTURE, and chooses for itself otherwise. (The file decoder keeps FFmpeg's threads:
+see FileSource.) tools/bench_io.py prints both settings' fps and CPU.
 """
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ def usable_cores() -> int:
 
 
 def codec_threads(setting: int, pixels: int) -> int:
-    """A codec's thread count for `setting` and a picture of `pixels`: the setting when given
+    """The encoder's thread count for `setting` and a picture of `pixels`: the setting when given
     (> 0); for 0 (auto), one thread on a machine of FEW_CORES or fewer for a picture up to
     SMALL_PICTURE, else 0 (the codec's own choice)."""
     if setting > 0:
