@@ -109,13 +109,9 @@ class FaceFilter:
         self.landmarker.open()
         self.embedder.open()
 
-    def embedding_score(self, image: ImageBGR, points: Landmarks68) -> float:
-        """The discriminant's score of the face these points align, in units of the spread of
-        faces' scores: positive is face-like."""
-        return float(self.embedding_scores(image, [points])[0])
-
     def embedding_scores(self, image: ImageBGR, points: list[Landmarks68]) -> np.ndarray:
-        """`embedding_score` of each face, their embeddings run as one batch."""
+        """The discriminant's score of each face these points align, in units of the spread
+        of faces' scores (positive is face-like), their embeddings run as one batch."""
         embeddings = self.embedder.forward_many(image, points)
         return (embeddings @ self._weights + BIAS) / SCALE
 

@@ -171,7 +171,7 @@ def test_boxes_judged_together_as_one_by_one() -> None:
         assert together == alone
         points = [filt.landmarker.forward(views_, box) for box, _ in boxes]
         batch = filt.embedding_scores(views_.bgr, points)
-        single = [filt.embedding_score(views_.bgr, p) for p in points]
+        single = [filt.embedding_scores(views_.bgr, [p])[0] for p in points]
         assert np.abs(batch - np.array(single)).max() < 1e-4
     assert sum(filt.are_faces(views, found)) == 1 and all(filt.are_faces(FrameViews(group), found_group))
     assert filt.are_faces(views, []) == []

@@ -50,10 +50,8 @@ class FileSource:
 
     def __init__(self, path: str | os.PathLike[str], threads: int = 0) -> None:
         """`threads`: the decoder's, 0 for FFmpeg's own choice of frame and slice threads
-        (what runs use), or that many. In one thread the decoder reports a file cut short
-        at its last, partial packet as a decoding error ("Invalid data found") where the
-        threaded decoder ends early, which the source reports as such; and its CPU saving
-        (1.6 -> 1.3 ms a 720p frame) did not show in the staged pipeline's fps."""
+        (what runs use: in one thread a file cut short fails at its last, partial packet
+        instead of ending early), or that many (tools/bench_io.py compares them)."""
         self.path = Path(path)
         self.threads = threads
         self.frames_read = 0
