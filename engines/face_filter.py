@@ -150,6 +150,21 @@ class FaceFilter:
         """The detector's boxes that are faces; `settled` goes to a detector that refines
         its boxes (DlibHogDetector.forward)."""
         found = self.detector.forward(frame, settled) if settled else self.detector.forward(frame)
+        return self._judged(frame, found)
+
+    @property
+    def looks_near(self) -> bool:
+        """Its detector can look for faces near given boxes only (`forward_near`)."""
+        return hasattr(self.detector, "forward_near")
+
+    def forward_near(self, frame: FrameViews, boxes: Sequence[Box],
+                     settled: Sequence[Box] = ()) -> list[tuple[Box, float]]:
+        """The faces its detector finds again near `boxes` (DlibHogDetector.forward_near),
+        judged as `forward` judges boxes (followed faces take their earlier verdicts)."""
+        return self._judged(frame, self.detector.forward_near(frame, boxes, settled))  # type: ignore[attr-defined]
+
+    def _judged(self, frame: FrameViews, found: list[tuple[Box, float]]) -> list[tuple[Box, float]]:
+        """The boxes of `found` that are faces (remembered verdicts, the others judged now)."""
         with self._lock:  # a live run may detect in line while a background detection runs
             self._detections += 1
             now = self._detections

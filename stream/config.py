@@ -48,9 +48,19 @@ class DetectConfig:
     # left where the flow carried it (1: every detection refines every box). Refining is
     # 14-17 ms a box, on the detection's thread; a face's first box is always refined.
     refine_every: int = 1
+    # dlib engine: the whole frame scanned at one detection in N; at the others, while every
+    # face is followed cleanly, each is only looked for again in a crop around its box (a
+    # few ms a face against the frame's 40-50 ms), so a face coming into a scene whose faces
+    # are all followed is found up to N x `every` frames after it appears (1: every
+    # detection scans the frame). A face lost, held or covered, or none followed, brings the
+    # next detection back to the whole frame.
+    scan_every: int = 1
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, f"detect.every must be >= 1, got {self.every}")
+        _check(isinstance(self.scan_every, int) and not isinstance(self.scan_every, bool)
+               and 1 <= self.scan_every <= 8,
+               f"detect.scan_every must be a whole number from 1 to 8, got {self.scan_every!r}")
         _check(self.every_empty >= 1, f"detect.every_empty must be >= 1, got {self.every_empty}")
         _check(isinstance(self.lag, int) and not isinstance(self.lag, bool) and 0 <= self.lag <= 30,
                f"detect.lag must be a whole number from 0 to 30, got {self.lag!r}")

@@ -69,6 +69,7 @@ def test_bad_overrides_name_the_field(override: str, needle: str) -> None:
     ("track.occlusion=1", "track.occlusion must be true or false, got 1"),
     ("track.landmarks_every=0", "track.landmarks_every must be a whole number from 1 to 8, got 0"),
     ("detect.refine_every=0", "detect.refine_every must be a whole number from 1 to 30, got 0"),
+    ("detect.scan_every=0", "detect.scan_every must be a whole number from 1 to 8, got 0"),
     ("encode.preset=3", "encode.preset must be text, got 3"),
 ])
 def test_a_value_of_the_wrong_kind_is_named_in_one_line(override: str, message: str) -> None:

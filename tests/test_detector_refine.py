@@ -68,3 +68,24 @@ def test_refine_is_on_by_default_and_can_be_turned_off() -> None:
 
     with pytest.raises(ConfigError, match="detect.refine must be true or false"):
         DetectConfig(refine="yes")  # type: ignore[arg-type]
+
+
+def test_looking_near_a_box_finds_the_face_there_and_nothing_where_none_is() -> None:
+    # detect.scan_every: a detection that only looks near the followed faces' boxes.
+    from stream.media.demo_clips import group_picture
+
+    picture = group_picture()
+    views = FrameViews(picture)
+    detector = DlibHogDetector(refine=True)
+    boxes = [b for b, _ in detector.forward(views)]
+    assert len(boxes) >= 2
+    face = boxes[0]
+    w = face[2] - face[0]
+    moved = (face[0] + 0.1 * w, face[1], face[2] + 0.1 * w, face[3])  # where the flow left it
+    found = detector.forward_near(views, [moved])  # not settled: found and refined
+    assert len(found) == 1 and np.linalg.norm(_centre(found[0][0]) - _centre(face)) < 0.1 * w
+    kept = detector.forward_near(views, [moved], settled=[moved])  # settled: confirmed, box kept
+    assert [b for b, _ in kept] == [moved]
+    flat = FrameViews(np.full_like(picture, 128))
+    assert detector.forward_near(flat, [moved], settled=[moved]) == []
+    assert detector.forward_near(flat, [moved]) == []

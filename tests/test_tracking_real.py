@@ -323,3 +323,61 @@ def test_a_followed_faces_box_is_refined_at_one_detection_in_n(engines, make_sce
     assert refined_some < 0.6 * refined_each
     gaps = _gaps(each, some)
     assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15
+
+
+def _scan_run(engines, frames, scan_every: int, monkeypatch):  # type: ignore[no-untyped-def]
+    """Each frame's (track id -> points), the whole-frame scans and the detections that
+    looked near the followed faces only, with detect.scan_every `scan_every` (detection
+    every 4 frames, the fast preset's refine_every 3)."""
+    scans: list[int] = []
+    real = DlibHogDetector.forward
+
+    def counting(self, frame, settled=()):  # type: ignore[no-untyped-def]
+        scans.append(1)
+        return real(self, frame, settled)
+
+    monkeypatch.setattr(DlibHogDetector, "forward", counting)
+    cfg = Config()
+    detect = dataclasses.replace(cfg.detect, every=4, refine_every=3, scan_every=scan_every)
+    tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, detect, cfg.track)
+    return _each_frames_points(tracker, frames), len(scans), tracker.near_detections
+
+
+@pytest.mark.parametrize("make_scene", [rotate_scene, small_scene])
+def test_followed_faces_are_looked_for_near_their_boxes_between_scans(engines, make_scene, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # detect.scan_every 2 (the fast preset): while every face is followed cleanly, every other
+    # detection looks for them in crops around their boxes instead of scanning the frame
+    # (a few ms a face against 40-50 ms); the faces stay followed where scanning puts them.
+    frames = [f for f, _ in scene_frames(make_scene())]
+    each, scans_each, near_each = _scan_run(engines, frames, 1, monkeypatch)
+    some, scans_some, near_some = _scan_run(engines, frames, 2, monkeypatch)
+    assert near_each == 0 and near_some > 0
+    assert scans_some < 0.7 * scans_each
+    gaps = _gaps(each, some)
+    assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15
+
+
+@pytest.mark.parametrize("scan_every", [1, 2])
+def test_a_face_coming_into_a_followed_scene_is_found_by_the_next_scan(engines, scan_every) -> None:  # type: ignore[no-untyped-def]
+    # Six faces; one of them hidden under a flat patch for the first 21 frames. With
+    # detection every 4 frames it is found within 4 x scan_every frames of showing (the
+    # whole frame is scanned at one detection in scan_every; the others look only near
+    # the faces already followed).
+    made = scene_frames(small_scene())
+    x0, y0, x1, y1 = (int(round(v)) for v in made[0][1].faces[0])
+    pad = (x1 - x0) // 2
+    frames = []
+    for i, (frame, _) in enumerate(made[:40]):
+        frame = frame.copy()
+        if i < 21:
+            frame[max(y0 - pad, 0):y1 + pad, max(x0 - pad, 0):x1 + pad] = frame[max(y0 - pad, 0), max(x0 - pad, 0)]
+        frames.append(frame)
+    cfg = Config()
+    detect = dataclasses.replace(cfg.detect, every=4, scan_every=scan_every)
+    tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, detect, cfg.track)
+    counts = [len(tracker.update(FrameViews(f), i, i / 30)) for i, f in enumerate(frames)]
+    assert max(counts[10:21]) == 5  # the others are followed meanwhile
+    assert (tracker.near_detections > 0) == (scan_every > 1)
+    shown = next(i for i in range(21, 40) if counts[i] == 6)
+    assert shown <= 21 + 4 * scan_every
+    assert all(c == 6 for c in counts[shown:])

@@ -38,6 +38,7 @@ PARTS = [
                                                ("engines.dlib_detector", "DlibHogDetector.forward")]),
     ("analyse", "    HOG detector", [("engines.dlib_detector", "DlibHogDetector.forward")]),
     ("analyse", "      box refinement", [("engines.dlib_detector", "DlibHogDetector.refine_box")]),
+    ("analyse", "    near the faces only", [("engines.dlib_detector", "DlibHogDetector.forward_near")]),
     ("analyse", "    face filter: embedding", [("engines.face_filter", "FaceFilter.embedding_scores"),
                                                  ("engines.face_filter", "FaceFilter.embedding_score")]),
     ("analyse", "  landmarks (68 points)", [("engines.dlib_landmarker", "DlibLandmarker.forward_many")]),

@@ -35,6 +35,7 @@ class BackgroundDetector:
         self._thread: threading.Thread | None = None
         self.detections = 0
         self._settled: list[Box] = []
+        self._near: list[Box] | None = None
         self.submitted_at = -1  # the frame (its seq) of the last submit
 
     @property
@@ -42,13 +43,16 @@ class BackgroundDetector:
         """A detection is running (or its result not yet taken by `poll`)."""
         return self._pending or self._result is not None
 
-    def submit(self, image: ImageBGR, settled: Sequence[Box] = (), seq: int = -1) -> bool:
+    def submit(self, image: ImageBGR, settled: Sequence[Box] = (), seq: int = -1,
+               near: Sequence[Box] | None = None) -> bool:
         """Start a detection on `image`, frame `seq` (`settled`: boxes the detector need not
-        refine, see DlibHogDetector.forward)."""
+        refine, see DlibHogDetector.forward; `near`: look for faces near these boxes only,
+        see DlibHogDetector.forward_near)."""
         with self._cond:
             if self.pending or self._closed:
                 return False
             self._settled = list(settled)
+            self._near = None if near is None else list(near)
             self.submitted_at = seq
             if self._image is None or self._image.shape != image.shape:
                 self._image = np.empty_like(image)
@@ -84,11 +88,14 @@ class BackgroundDetector:
                     self._cond.wait()
                 if self._closed:
                     return
-                image, gray, settled = self._image, self._gray, self._settled
+                image, gray, settled, near = self._image, self._gray, self._settled, self._near
             assert image is not None
             try:
                 frame = FrameViews(image, gray)
-                dets = self.detector.forward(frame, settled) if settled else self.detector.forward(frame)
+                if near is not None:
+                    dets = self.detector.forward_near(frame, near, settled)  # type: ignore[attr-defined]
+                else:
+                    dets = self.detector.forward(frame, settled) if settled else self.detector.forward(frame)
                 error = None
             except Exception as exc:  # noqa: BLE001 - handed to the tracker's thread
                 dets, error = [], exc

@@ -233,6 +233,10 @@ class Tracker:
         self.points_carried = 0  # a face's points moved by the flow instead of placed (landmarks_every)
         self.confirmations = 0  # detections that only confirmed a followed face (detect.refine_every)
         self._settled_ids: set[int] = set()  # the tracks the pending detection only confirms
+        # Detections since the last that scanned the whole frame (detect.scan_every), and
+        # how many looked only near the faces followed.
+        self._near_runs = 0
+        self.near_detections = 0
 
     @property
     def tracks_started(self) -> int:
@@ -254,9 +258,10 @@ class Tracker:
         if self.background is not None:
             self._detect_in_background(frame, seq, due)
         elif due or self._force_detect:
+            scheduled = not self._force_detect
             self._force_detect = False  # before: the detection itself may ask for another
             self._last_detect = seq
-            self._merge_detected(frame, seq)
+            self._merge_detected(frame, seq, scheduled)
         h, w = frame.shape
         grey = _grey(frame)
         followed: list[Track] = []
@@ -419,17 +424,39 @@ class Tracker:
                 return
         if not (due or self._force_detect):
             return
+        scheduled = not self._force_detect
         if not self.tracks and not bg.pending:
             # Nothing to follow meanwhile (the start, an empty scene): detect in line, so a
             # face is swapped from the frame it is found in.
             self._force_detect = False
             self._last_detect = seq
             self._merge_detected(frame, seq)
-        elif bg.submit(frame.bgr, self._settle(), seq):
+        elif bg.submit(frame.bgr, self._settle(), seq, near := self._near(scheduled)):
+            self._count_scan(near)
             self._force_detect = False
             self._last_detect = seq
             for tr in self.tracks:
                 tr.at_submit = landmark_box(tr.raw) if tr.age else None
+
+    def _near(self, scheduled: bool) -> list[Box] | None:
+        """The boxes this detection looks near, instead of scanning the whole frame
+        (detect.scan_every), or None: it scans the frame. Only a scheduled detection (none
+        asked for by a face lost or jumping) while every face is followed cleanly and none
+        was missed looks near them, and at most scan_every - 1 in a row."""
+        every = self.detect_cfg.scan_every
+        near = (every > 1 and scheduled and self._near_runs < every - 1 and bool(self.tracks)
+                and self.track_cfg.points == "landmarks"
+                and getattr(self.detector, "looks_near", hasattr(self.detector, "forward_near"))
+                and all(_followed_cleanly(tr) and not tr.missed for tr in self.tracks))
+        return [tr.box for tr in self.tracks] if near else None
+
+    def _count_scan(self, near: list[Box] | None) -> None:
+        """A detection started: one more that looked near the faces only, or a scan."""
+        if near is None:
+            self._near_runs = 0
+        else:
+            self._near_runs += 1
+            self.near_detections += 1
 
     def _settle(self) -> list[Box]:
         """The boxes of the tracks this detection only confirms (detect.refine_every; the
@@ -465,15 +492,22 @@ class Tracker:
             matched.append((ti, di))
         return matched, [di for di in range(len(dets)) if di not in used_d]
 
-    def _merge_detected(self, frame: FrameViews, seq: int) -> None:
+    def _merge_detected(self, frame: FrameViews, seq: int, scheduled: bool = False) -> None:
         """Detect on this frame, in line, and merge (with the detector's points when the
-        run aligns with them)."""
+        run aligns with them). `scheduled`: a detection due by the cadence, which may look
+        only near the faces followed (`_near`)."""
         if self.track_cfg.points == "detector":
             found = self.detector.forward_points(frame)  # type: ignore[attr-defined]
             self._merge([(box, score) for box, score, _ in found], frame, seq, [k for _, _, k in found])
+            return
+        boxes = self._settle()
+        near = self._near(scheduled)
+        self._count_scan(near)
+        if near is not None:
+            dets = self.detector.forward_near(frame, near, boxes)  # type: ignore[attr-defined]
         else:
-            boxes = self._settle()
-            self._merge(self.detector.forward(frame, boxes) if boxes else self.detector.forward(frame), frame, seq)
+            dets = self.detector.forward(frame, boxes) if boxes else self.detector.forward(frame)
+        self._merge(dets, frame, seq)
 
     def _merge(self, dets: list[tuple[Box, float]], frame: FrameViews, seq: int,
                points: list[Keypoints5] | None = None) -> None:
