@@ -294,21 +294,28 @@ def test_points_carried_by_the_flow_between_the_predictors_turns(engines, make_s
     assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15
 
 
-def _refined_run(engines, frames, every: int, monkeypatch):  # type: ignore[no-untyped-def]
-    """Each frame's (track id -> points), the boxes refined and the detections that only
-    confirmed a face, with detect.refine_every `every` (detection every 4 frames)."""
-    refined: list[int] = []
-    real = DlibHogDetector.refine_box
+def _counted_run(engines, frames, method: str, monkeypatch, **detect):  # type: ignore[no-untyped-def]
+    """Each frame's (track id -> points), the calls of DlibHogDetector.`method` and the
+    tracker, with detection every 4 frames and the `detect` fields given."""
+    calls: list[int] = []
+    real = getattr(DlibHogDetector, method)
 
-    def counting(self, gray, box):  # type: ignore[no-untyped-def]
-        refined.append(1)
-        return real(self, gray, box)
+    def counting(self, *args):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(self, *args)
 
-    monkeypatch.setattr(DlibHogDetector, "refine_box", counting)
+    monkeypatch.setattr(DlibHogDetector, method, counting)
     cfg = Config()
-    detect = dataclasses.replace(cfg.detect, every=4, refine_every=every)
-    tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, detect, cfg.track)
-    return _each_frames_points(tracker, frames), len(refined), tracker.confirmations
+    tracker = Tracker(engines.detector, engines.landmarker, engines.embedder,
+                      dataclasses.replace(cfg.detect, every=4, **detect), cfg.track)
+    return _each_frames_points(tracker, frames), len(calls), tracker
+
+
+def _refined_run(engines, frames, every: int, monkeypatch):  # type: ignore[no-untyped-def]
+    """Each frame's points, the boxes refined and the detections that only confirmed a
+    face, with detect.refine_every `every`."""
+    points, refined, tracker = _counted_run(engines, frames, "refine_box", monkeypatch, refine_every=every)
+    return points, refined, tracker.confirmations
 
 
 @pytest.mark.parametrize("make_scene", [rotate_scene, small_scene])
@@ -326,21 +333,12 @@ def test_a_followed_faces_box_is_refined_at_one_detection_in_n(engines, make_sce
 
 
 def _scan_run(engines, frames, scan_every: int, monkeypatch):  # type: ignore[no-untyped-def]
-    """Each frame's (track id -> points), the whole-frame scans and the detections that
-    looked near the followed faces only, with detect.scan_every `scan_every` (detection
-    every 4 frames, the fast preset's refine_every 3)."""
-    scans: list[int] = []
-    real = DlibHogDetector.forward
-
-    def counting(self, frame, settled=()):  # type: ignore[no-untyped-def]
-        scans.append(1)
-        return real(self, frame, settled)
-
-    monkeypatch.setattr(DlibHogDetector, "forward", counting)
-    cfg = Config()
-    detect = dataclasses.replace(cfg.detect, every=4, refine_every=3, scan_every=scan_every)
-    tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, detect, cfg.track)
-    return _each_frames_points(tracker, frames), len(scans), tracker.near_detections
+    """Each frame's points, the whole-frame scans and the detections that looked near the
+    followed faces only, with detect.scan_every `scan_every` (the fast preset's
+    refine_every 3)."""
+    points, scans, tracker = _counted_run(engines, frames, "forward", monkeypatch,
+                                          refine_every=3, scan_every=scan_every)
+    return points, scans, tracker.near_detections
 
 
 @pytest.mark.parametrize("make_scene", [rotate_scene, small_scene])
