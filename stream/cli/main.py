@@ -23,6 +23,7 @@ from stream.job.report import Written
 from stream.job.swap_job import SwapJob
 from stream.media.demo_clips import DemoUnavailable
 from stream.media.video_info import VideoInfo
+from stream.runtime.heap import bound_arenas, settle
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -97,6 +98,7 @@ def cmd_live(args: argparse.Namespace) -> int:
     from stream.sources.open import open_source
 
     config = config_from_args(args)
+    bound_arenas()  # before any thread: reconnects and WHEP viewers start threads for hours
     width = height = None
     if args.size:
         w, sep, h = args.size.lower().partition("x")
@@ -199,6 +201,7 @@ def _whep_output(spec: str) -> tuple[str, int] | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from stream.server.guard import ConnectionLimits
     from stream.server.ice import ice_addresses_for
     from stream.server.listen import bind_socket
 
@@ -211,11 +214,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.max_viewers < 0:
         raise CliError(f"--max-viewers {args.max_viewers}: must be 0 or more")
     token = _token_of(args)
+    for flag, seconds in (("--header-timeout", args.header_timeout), ("--keepalive-timeout", args.keepalive_timeout)):
+        if not 0 < seconds < 1e6:
+            raise CliError(f"{flag} {seconds:g}: must be more than 0 seconds")
+    for flag, count in (("--max-connections", args.max_connections),
+                        ("--max-connections-per-client", args.max_connections_per_client)):
+        if count < 1:
+            raise CliError(f"{flag} {count}: must be at least 1")
+    limits = ConnectionLimits(header_timeout=args.header_timeout, keepalive_timeout=args.keepalive_timeout,
+                              max_connections=args.max_connections, per_client=args.max_connections_per_client)
     try:
         ice_addresses = ice_addresses_for(args.host, args.ice_host)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     config = config_from_args(args)
+    bound_arenas()  # before any thread: each session's threads would otherwise grow arenas of their own
     sock = bind_socket(args.host, args.port)  # a busy port is said before aiortc and the models load
     _stop_on_termination()  # while the models load; the server's loop takes the signals after
     try:
@@ -246,10 +259,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         share_uploads=args.share_uploads, max_upload_pixels=args.max_upload_pixels,
                         token=token, max_viewers=args.max_viewers)
     server.add_job_faces()
+    settle()  # the models and faces stay for good: out of every later collection's way
     stops = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 
     async def run() -> None:
-        runner, url = await start_server(server, args.host, args.port, sock=sock)
+        runner, url = await start_server(server, args.host, args.port, sock=sock, limits=limits)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in stops:  # Ctrl-C, SIGTERM and SIGHUP all stop the same way

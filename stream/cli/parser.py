@@ -9,6 +9,7 @@ from engines.runtime_registry import RUNTIMES
 from engines.triton_servers import normalize_url, split_urls
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
+from stream.server.guard import HEADER_TIMEOUT_S, KEEPALIVE_TIMEOUT_S, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT
 
 # A server's browsers bring their own faces: no reference photos or mappings there.
 SERVER_SELECT_MODES = ("all", "largest")
@@ -175,6 +176,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="browsers served at once (default 4); each runs its own pipeline")
     serve.add_argument("--max-viewers", type=int, default=8, metavar="N",
                        help="WHEP viewers at once, all sessions together (default 8); each is one more encode")
+    conns = serve.add_argument_group("connections (what one client may hold; see the README's \"Limits\")")
+    conns.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_S, metavar="S",
+                       help="close a connection whose request headers are not in within S seconds of "
+                            f"its opening (default {HEADER_TIMEOUT_S:g})")
+    conns.add_argument("--keepalive-timeout", type=float, default=KEEPALIVE_TIMEOUT_S, metavar="S",
+                       help=f"close a connection idle between requests for S seconds (default {KEEPALIVE_TIMEOUT_S:g})")
+    conns.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS, metavar="N",
+                       help=f"HTTP connections open at once, all clients (default {MAX_CONNECTIONS}); "
+                            "more are answered 503 and closed")
+    conns.add_argument("--max-connections-per-client", type=int, default=MAX_CONNECTIONS_PER_CLIENT, metavar="N",
+                       help=f"HTTP connections open at once from one address (default {MAX_CONNECTIONS_PER_CLIENT})")
     access = serve.add_mutually_exclusive_group()
     access.add_argument("--token", metavar="TOKEN",
                         help="require this access token on every request: WHIP/WHEP clients send it as "

@@ -46,9 +46,11 @@ from engines.face import ImageBGR
 from stream.errors import StreamError, reason_of
 from stream.job.swap_job import SwapJob
 from stream.media.image_header import FORMATS, ImageHeaderError, read_image_header
+from stream.runtime.heap import give_back
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
 from stream.server.access import VISITOR, challenge, given_token, keep_in_cookie, same_token
 from stream.server.faces import FaceEntry, FaceLibrary, new_entry
+from stream.server.guard import ConnectionBook, ConnectionLimits, GuardedSite
 from stream.server.listen import bind_socket
 from stream.server.peer import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, OfferError, PeerSession, check_offer
 from stream.server.refusal import ApiError
@@ -64,6 +66,7 @@ MAX_UPLOAD_BYTES = 12 * 1024 * 1024
 UPLOAD_WORK_SIDE = 1600  # uploads are searched and kept at most this long a side
 VISITOR_COOKIE = "facestream_visitor"
 ENDED_KEPT = 256  # ended sessions remembered, to tell their page why
+GIVE_BACK_AFTER_S = 0.2  # after a session's end, its memory is collected and returned this much later
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")
 
 
@@ -100,6 +103,8 @@ class FaceServer:
         self.sessions_started = 0
         self.say = say or (lambda line: None)  # one line per peer event, for the console
         self._upload_lock = asyncio.Lock()
+        self.connections: ConnectionBook | None = None  # set by start_server
+        self._collecting: asyncio.Future[None] | None = None  # the collection after a session's end
 
     # -- faces -----------------------------------------------------------------------
 
@@ -148,6 +153,21 @@ class FaceServer:
             while len(self.ended) > ENDED_KEPT:
                 self.ended.popitem(last=False)
             await session.close()
+            del session
+            self._give_back_soon()
+
+    def _give_back_soon(self) -> None:
+        """A session or viewer has ended: free its objects (they hold each other in cycles)
+        and hand the heap's free pages back (stream.runtime.heap), off the event loop. Once
+        the coroutines that ended it have returned (a handler, the session's own watch still
+        hold it until then), so a task a moment later; one for any number of endings."""
+        if self._collecting is None or self._collecting.done():
+            self._collecting = asyncio.ensure_future(self._give_back_after(GIVE_BACK_AFTER_S))
+
+    @staticmethod
+    async def _give_back_after(delay: float) -> None:
+        await asyncio.sleep(delay)
+        await asyncio.to_thread(give_back)
 
     def relay_of(self, stream: str) -> FrameRelay | None:
         """The swapped video of session `stream`, for its WHEP viewers."""
@@ -158,10 +178,14 @@ class FaceServer:
         viewer = self.viewers.pop(viewer_id, None)
         if viewer is not None:
             await viewer.close()
+            del viewer
+            self._give_back_soon()
 
     async def close(self) -> None:
         await asyncio.gather(*(self.end_viewer(vid) for vid in list(self.viewers)))
         await asyncio.gather(*(self.end_session(sid) for sid in list(self.sessions)))
+        if self._collecting is not None:
+            await self._collecting
 
     # -- HTTP ------------------------------------------------------------------------
 
@@ -369,15 +393,26 @@ class FaceServer:
     async def session_close(self, request: web.Request) -> web.Response:
         session = self._session(request)
         session.ended = "closed by the client"
-        await self.end_session(session.id)
-        return web.json_response({"closed": session.id})
+        sid = session.id
+        del session  # not held here while it is closed and collected
+        await self.end_session(sid)
+        return web.json_response({"closed": sid})
 
     async def status(self, request: web.Request) -> web.Response:
         return web.json_response({"engine": self.job.models.name,
                                   "sessions": len(self.sessions), "max_peers": self.max_peers,
                                   "sessions_started": self.sessions_started,
                                   "viewers": len(self.viewers), "max_viewers": self.max_viewers,
-                                  "faces": len(self.library.listed(request[VISITOR]))})
+                                  "faces": len(self.library.listed(request[VISITOR])),
+                                  "connections": self._connection_figures()})
+
+    def _connection_figures(self) -> dict[str, int] | None:
+        book = self.connections
+        if book is None:
+            return None
+        return {"open": book.open, "max": book.limits.max_connections,
+                "max_per_client": book.limits.per_client, "refused": book.refused,
+                "header_timeouts": book.timed_out}
 
 
 def _error(status: int, message: str, plain: bool = False) -> web.Response:
@@ -427,14 +462,17 @@ def _fit_within(image: ImageBGR, side: int) -> ImageBGR:
     return cast(ImageBGR, cv2.resize(image, size, interpolation=cv2.INTER_AREA))
 
 
-async def start_server(server: FaceServer, host: str, port: int,
-                       sock: socket.socket | None = None) -> tuple[web.AppRunner, str]:
-    """Serve on `sock` (or a socket bound to host:port now; 0: any free port); returns the
-    runner and the page's URL."""
+async def start_server(server: FaceServer, host: str, port: int, sock: socket.socket | None = None,
+                       limits: ConnectionLimits | None = None) -> tuple[web.AppRunner, str]:
+    """Serve on `sock` (or a socket bound to host:port now; 0: any free port), its
+    connections within `limits` (default: ConnectionLimits()); returns the runner and the
+    page's URL."""
     sock = sock or bind_socket(host, port)
-    runner = web.AppRunner(server.app(), access_log=None)
+    limits = limits or ConnectionLimits()
+    server.connections = ConnectionBook(limits)
+    runner = web.AppRunner(server.app(), access_log=None, keepalive_timeout=limits.keepalive_timeout)
     await runner.setup()
-    site = web.SockSite(runner, sock)
+    site = GuardedSite(runner, sock, server.connections)
     try:
         await site.start()
     except OSError as exc:

@@ -32,6 +32,7 @@ from stream.media.audio_delay import AudioBus, PlayoutDelay
 from stream.media.clock import VIDEO_TIME_BASE
 from stream.media.convert import YuvFramer
 from stream.runtime.slot import Slot
+from stream.server.guard import ConnectionBook, ConnectionLimits, GuardedSite
 from stream.server.ice import ice_addresses_for
 from stream.server.listen import bind_socket
 from stream.server.peer import CONNECT_TIMEOUT_S
@@ -132,9 +133,10 @@ class WhepOutput:
         async def start() -> None:
             app = web.Application(middlewares=[media_middleware(self.token)])
             WhepEndpoints(self, default_stream=STREAM).add_routes(app)
-            runner = web.AppRunner(app, access_log=None)
+            limits = ConnectionLimits()
+            runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.keepalive_timeout)
             await runner.setup()
-            await web.SockSite(runner, sock).start()
+            await GuardedSite(runner, sock, ConnectionBook(limits)).start()
             self._runner = runner
             bound = sock.getsockname()[1]
             shown = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host

@@ -78,5 +78,6 @@ class MediaEndpoints(WhepEndpoints):
         if session is None or session.via != "whip" or not same_token(key, session.token):
             raise ApiError(404, f"WHIP: no session at {shown(request.path)} (ended, or never started)")
         session.ended = "deleted by the WHIP client"
+        del session  # not held here while it is closed and collected
         await self.publish.end_session(sid)
         return web.Response(status=200, text="ended\n", content_type="text/plain")
