@@ -26,10 +26,10 @@ import pytest
 
 from stream.config import EncodeConfig
 from stream.errors import SinkError, SourceError, StopRequested
-from stream.media.backoff import backoff_delay
+from stream.media.backoff import PROBE_S, backoff_delay
 from stream.runtime.slot import Slot
 from stream.sinks.rtsp import RtspSink
-from stream.sources.rtsp import ATTEMPT_S, RtspSource
+from stream.sources.rtsp import PROBE_TIMEOUT_S, RtspSource
 from tests.fixtures.rtsp import Publisher, Reader, Relay, free_port, require_relay
 from tests.fixtures.silent_server import SilentServer
 
@@ -323,9 +323,10 @@ def test_a_stalled_input_is_one_line_and_reconnected(relay: Relay, caplog: pytes
     lines = _messages(caplog, "stream.sources.rtsp")
     assert lines[:1] == [f"{source.name}: no frames for 3 s; reconnecting"], lines
     assert sum("reconnected after" in ln for ln in lines) == 1, lines
-    # The server is frozen from 1 s to 6 s; the reader notices at 4 s and an attempt made while
-    # it is frozen may wait out its whole ATTEMPT_S (+1 s) before the next, after a backoff.
-    bound = 3.0 + backoff_delay(0) + ATTEMPT_S + 1.0 + backoff_delay(1) + 2.0
+    # The server is frozen from 1 s to 6 s; the reader notices at 4 s, and asks the frozen
+    # server (which takes the connection, and answers nothing) until it answers: a question
+    # asked just before 6 s waits its PROBE_TIMEOUT_S (+1 s) out, then the next one connects.
+    bound = 5.0 + PROBE_TIMEOUT_S + 1.0 + backoff_delay(9, PROBE_S) + 2.0
     assert figures["reconnects"] == 1 and 3.0 < figures["outage_s"] < bound, figures  # type: ignore[operator]
     assert after == 45, "too few frames after the reconnect"
     for line in lines:

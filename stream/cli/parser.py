@@ -10,6 +10,7 @@ from engines.triton_servers import normalize_url, split_urls
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
 from stream.server.guard import HEADER_TIMEOUT_S, KEEPALIVE_TIMEOUT_S, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT
+from stream.sources.open import OPEN_TIMEOUT_S
 
 # A server's browsers bring their own faces: no reference photos or mappings there.
 SERVER_SELECT_MODES = ("all", "largest")
@@ -133,9 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--size", metavar="WxH", help="webcam: ask for this picture size (e.g. 1280x720)")
     live.add_argument("--fps", type=float, help="webcam: ask for this frame rate")
     live.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this many seconds")
-    live.add_argument("--open-timeout", type=float, default=10.0, metavar="SECONDS",
-                      help="rtsp: give up on a server that does not answer after this long (default 10); "
-                           "a refused connection or an unknown path (404) fails at once")
+    live.add_argument("--open-timeout", type=float, default=OPEN_TIMEOUT_S, metavar="SECONDS",
+                      help="rtsp: give up on a server that does not answer after this long, and, once it "
+                           "answers, on a first picture that does not come within this long (a camera's "
+                           f"keyframes may be 10 s apart; default {OPEN_TIMEOUT_S:g}); a refused connection "
+                           "or an unknown path (404) fails at once")
     live.add_argument("--vcam-device", metavar="DEVICE", help="virtual camera device (e.g. /dev/video10)")
     live.add_argument("--vcam-backend", metavar="NAME", help="pyvirtualcam backend (default: the platform's)")
     _add_run_options(live)

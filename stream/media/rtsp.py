@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import socket
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
@@ -178,3 +179,21 @@ def _split_params(text: str) -> list[str]:
 
 def _md5(text: str) -> str:
     return hashlib.md5(text.encode()).hexdigest()
+
+
+def server_answer(url: str, timeout: float) -> bytes:
+    """The first bytes a server at `url`'s address answers an RTSP OPTIONS request with,
+    within `timeout` seconds: b"RTSP/1.0 ..." from an RTSP server (a 401 too), something
+    else from another kind of server, b"" for silence or a connection closed unanswered.
+    OSError when the connection cannot be made (ConnectionRefusedError: nothing listens
+    there). For rtsps:// (TLS) nothing is asked: b"RTSP/" once the connection is made."""
+    target = RtspUrl.parse(url)
+    with socket.create_connection((target.host, target.port), timeout=timeout) as sock:
+        if target.scheme == "rtsps":
+            return b"RTSP/"
+        sock.sendall(f"OPTIONS {target.request_url} RTSP/1.0\r\nCSeq: 1\r\n"
+                     "User-Agent: facestream\r\n\r\n".encode())
+        try:
+            return sock.recv(64)
+        except TimeoutError:
+            return b""

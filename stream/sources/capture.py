@@ -100,6 +100,10 @@ class WebcamSource:
 
     @property
     def name(self) -> str:
+        """What the input is, as the start line and errors say it: `webcam 0`,
+        `webcam '/dev/video2'`, or `file 'clip.mp4'` (a clip standing in for a camera)."""
+        if isinstance(self.device, str) and not self.device.startswith("/dev/"):
+            return f"file {self.device!r}"
         return f"webcam {self.device!r}"
 
     def _error(self, what: str) -> SourceError:

@@ -7,9 +7,13 @@ from pathlib import Path
 from stream.errors import SourceError
 from stream.sources.protocol import LiveSource
 
+# An RTSP input: seconds for the server to answer, then for the first picture (a camera
+# joined between keyframes shows the next one, and some send them 10 s apart).
+OPEN_TIMEOUT_S = 15.0
+
 
 def open_source(spec: str, width: int | None = None, height: int | None = None,
-                fps: float | None = None, open_timeout: float = 10.0) -> LiveSource:
+                fps: float | None = None, open_timeout: float = OPEN_TIMEOUT_S) -> LiveSource:
     """The live source `spec` names (not opened yet); a SourceError for anything else."""
     if spec.startswith(("rtsp://", "rtsps://")):
         from stream.sources.rtsp import RtspSource

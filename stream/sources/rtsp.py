@@ -3,6 +3,7 @@ with backoff when the stream drops or goes silent, stamped by the capture clock.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections import deque
@@ -14,18 +15,21 @@ import numpy as np
 
 from stream.errors import SourceError, StopRequested, reason_of
 from stream.media.audio_delay import LIVE_RATE, AudioBus, AudioFormat, live_pieces, live_resampler
-from stream.media.backoff import backoff_delay
+from stream.media.backoff import PROBE_S, backoff_delay
 from stream.media.clock import VIDEO_TIME_BASE, CaptureClock
 from stream.media.close import close_quietly
 from stream.media.convert import convert_into
 from stream.media.interruptible import Cancelled, wait_for_call
-from stream.media.rtsp import has_credentials, reason_after, redacted, refusal_of
+from stream.media.rtsp import has_credentials, reason_after, redacted, refusal_of, server_answer
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 
 log = logging.getLogger(__name__)
 
-ATTEMPT_S = 5.0  # one connect waits this long at most: a connect given up on lives no longer
+PROBE_TIMEOUT_S = 2.0  # an OPTIONS request unanswered this long: the server is not there (yet)
+# The input's rate leaves out each connection's first second: the frames the server and the
+# stream's analysis held back come in a burst (with it, six reconnects read 31.4 fps at 30).
+RATE_SETTLE_S = 1.0
 
 _Opened = tuple["av.container.InputContainer", Iterator["av.VideoFrame"], "av.VideoFrame"]
 
@@ -69,13 +73,18 @@ class StreamClock:
 class RtspSource:
     """An RTSP stream pulled with PyAV over TCP, with low-delay options.
 
-    Opening gives up after `open_timeout` seconds of silence with a one-line error, and at
-    once when the server's answer will not change (a 404, a refused connection). The
-    connect runs in a worker thread, so Ctrl-C and `stop()` end `open()` at once. When the
+    Opening waits up to `open_timeout` seconds for the server to answer (an RTSP OPTIONS
+    request), then, from that moment, up to `open_timeout` for the first picture, which a
+    stream joined between keyframes shows at the next one; a one-line error otherwise
+    ("no answer within", or "connected, waiting for a keyframe"), and at once when the
+    server's answer will not change (a 404, a refused connection, another protocol). The
+    waits run in worker threads, so Ctrl-C and `stop()` end `open()` at once. When the
     stream drops mid-run (server restart, network) or goes silent for `read_timeout`
-    seconds, it says so in one line and reconnects with backoff (0.5 s doubling to 4 s);
-    after `give_up_after` seconds without a frame it ends with an error. A changed picture
-    size after a reconnect is scaled to the pipeline's size.
+    seconds, it says so in one line, asks the server every 0.1-0.5 s whether it is back and
+    reconnects as soon as it answers; after `give_up_after` seconds without a frame it ends
+    with an error. A changed picture size after a reconnect is scaled to the pipeline's size.
+    `describe()` gives the stream's rate over the run (outages left out) and the time from
+    the server's answer to the first picture.
 
     Frames and sound are stamped by the stream's own timestamps, put on the capture clock
     (`StreamClock`). The stream's first audio track (any codec FFmpeg decodes), when it has
@@ -83,7 +92,7 @@ class RtspSource:
     way, so the sound keeps the stream's own sync with the picture.
     """
 
-    def __init__(self, url: str, transport: str = "tcp", open_timeout: float = 10.0,
+    def __init__(self, url: str, transport: str = "tcp", open_timeout: float = 15.0,
                  read_timeout: float = 3.0, give_up_after: float = 60.0) -> None:
         self.url = url
         self.transport = transport
@@ -99,6 +108,19 @@ class RtspSource:
         self._frames: Iterator[av.VideoFrame] | None = None
         self._pending: av.VideoFrame | None = None
         self._last_frame_at = 0.0
+        self._time_to_first: float | None = None  # seconds from the server's answer to the first picture
+        # The input's rate, from the stream's own timestamps: per connection, frames and the
+        # span from the first to the last (read times would count the burst a connection
+        # starts with, the frames its analysis held back, as a faster stream).
+        self._connections = 0
+        self._span_connection = -1
+        self._span_start = self._span_first = self._span_last = 0.0
+        self._span_frames = 0
+        self._intervals = 0  # frame intervals and the stream time they span, closed connections
+        self._interval_s = 0.0
+        self._reads = 0  # every frame read, from the first one's reading to the last one's
+        self._first_read_at: float | None = None
+        self._last_read_at = 0.0
         self._lost_since: float | None = None
         self._stalled = False
         self._i420: np.ndarray | None = None  # reused for the YUV -> BGR conversion
@@ -147,8 +169,15 @@ class RtspSource:
 
     def _open_container(self, timeout: float) -> _Opened:
         """Connect, find the video and decode its first frame (in the connect thread)."""
-        options = {"rtsp_transport": self.transport, "fflags": "nobuffer", "flags": "low_delay",
-                   "max_delay": "0", "analyzeduration": "1000000", "probesize": "500000"}
+        # No "fflags nobuffer": with it the packets read while the stream is analysed are
+        # thrown away, and joining a stream already playing, the analysis waits for the first
+        # keyframe (the picture's size comes with it) and drops it: the first picture then
+        # came at the second keyframe, 9-11 s after connecting with keyframes 6 s apart,
+        # against 1.7-4.6 s at the first one without it (tools/rtsp_join.py). The analysis
+        # reads 0.1 s of stream, not 1 s: each reconnect waited for that second, and then
+        # handed the pipeline a second's frames at once (0.95 -> 0.3 s after the server's return).
+        options = {"rtsp_transport": self.transport, "flags": "low_delay",
+                   "max_delay": "0", "analyzeduration": "100000", "probesize": "500000"}
         container = av.open(self.url, "r", options=options, timeout=(timeout, self.read_timeout))
         try:
             if not container.streams.video:
@@ -170,53 +199,99 @@ class RtspSource:
             lambda: self._open_container(timeout), timeout + 1.0, self._stop,
             discard=lambda opened: close_quietly(opened[0]), name="fs-rtsp-connect")
         self._container, self._frames, self._pending = container, frames, first
+        self._connections += 1
 
     def _disconnect(self) -> None:
         container, self._container, self._frames = self._container, None, None
         if container is not None:
             close_quietly(container)
 
+    def _ask_server(self, timeout: float) -> bytes:
+        """The server's first answer to an OPTIONS request (stream.media.rtsp.server_answer),
+        waited for so that Ctrl-C and stop() end it at once (`Cancelled`); b"" for silence."""
+        try:
+            return wait_for_call(lambda: server_answer(self.url, timeout), timeout + 1.0, self._stop,
+                                 name="fs-rtsp-probe")
+        except TimeoutError:
+            return b""
+        except OSError as exc:
+            if isinstance(exc, ConnectionRefusedError | socket.gaierror):
+                raise
+            return b""  # unreachable, reset, timed out: not there yet
+
+    def _reach(self, deadline: float) -> None:
+        """Wait until the server answers, within `deadline` (time.monotonic()): at once a
+        one-line SourceError for a refused connection, an unknown host or another kind of
+        server; after the deadline, for silence."""
+        attempt = 0
+        while (left := deadline - time.monotonic()) > 0.05:
+            try:
+                answer = self._ask_server(min(PROBE_TIMEOUT_S, max(left, 0.1)))
+            except ConnectionRefusedError:
+                raise self._error("connection refused (no server listens on that port)") from None
+            except socket.gaierror as exc:
+                raise self._error(f"cannot find the server ({exc.strerror or exc})") from None
+            if answer.startswith(b"RTSP/"):
+                return
+            if answer:
+                raise self._error(f"not an RTSP server (it answered {_shown_answer(answer)})")
+            if self._stop.wait(min(backoff_delay(attempt, PROBE_S), max(deadline - time.monotonic(), 0))):
+                raise Cancelled()
+            attempt += 1
+        raise self._error(f"no answer within {self.open_timeout:g} s")
+
     def open(self) -> VideoInfo:
-        started = time.monotonic()
-        deadline = started + self.open_timeout
-        silence = f"no answer within {self.open_timeout:g} s"
-        last = silence
+        """Connect: the server must answer within `open_timeout`; then, from that moment,
+        the first picture must come within `open_timeout` too (a stream joined between
+        keyframes shows its first picture at the next one: cameras send them 1-10 s apart)."""
+        try:
+            self._reach(time.monotonic() + self.open_timeout)
+        except Cancelled:
+            raise StopRequested(f"{self.name}: stopped while connecting") from None
+        connected = time.monotonic()
+        deadline = connected + self.open_timeout
+        waiting = (f"connected, waiting for a keyframe: no picture within {self.open_timeout:g} s "
+                   "(a camera sending keyframes further apart needs a longer --open-timeout)")
+        last = waiting
         attempt = 0
         while (left := deadline - time.monotonic()) > 0.05:
             tried = time.monotonic()
-            timeout = min(max(left, 0.5), ATTEMPT_S)
             try:
-                self._connect(timeout)
+                self._connect(left)
                 break
             except Cancelled:
                 raise StopRequested(f"{self.name}: stopped while connecting") from None
-            except TimeoutError:  # FFmpeg's own timeout did not end it: the same silence
-                last = silence
+            except TimeoutError:  # FFmpeg's own timeout did not end it: the same wait
+                last = waiting
             except (av.FFmpegError, OSError, StopIteration) as exc:
                 refused = refusal_of(exc, has_credentials(self.url))
                 if refused is not None:
                     raise self._error(refused) from None
                 waited = time.monotonic() - tried
-                if isinstance(exc, av.error.InvalidDataError) and waited < timeout - 0.5:
+                if isinstance(exc, av.error.InvalidDataError) and waited < left - 0.5:
                     # An answer at once, and not one FFmpeg can read: another protocol's server.
                     raise self._error(f"not an RTSP server, or not a stream we can read ({reason_of(exc)})") from None
                 if not isinstance(exc, StopIteration):
-                    last = reason_after(exc, waited, timeout, silence)
+                    last = reason_after(exc, waited, left, waiting)
                 else:
                     last = "the stream ended at once"
-            if self._stop.wait(min(backoff_delay(attempt), max(deadline - time.monotonic(), 0))):
+            if self._stop.wait(min(backoff_delay(attempt, PROBE_S), max(deadline - time.monotonic(), 0))):
                 raise StopRequested(f"{self.name}: stopped while connecting")
             attempt += 1
         if self._frames is None or self._pending is None:
-            raise self._error(last if last == silence else f"cannot connect within {self.open_timeout:g} s ({last})")
+            raise self._error(last if last == waiting else f"cannot connect within {self.open_timeout:g} s ({last})")
         first = self._pending
         self._last_frame_at = time.monotonic()
+        self._time_to_first = self._last_frame_at - connected
         stream = self._container.streams.video[0]  # type: ignore[union-attr]
         rate = stream.average_rate or stream.guessed_rate
         self.info = VideoInfo(first.width, first.height, Fraction(rate or 30), VIDEO_TIME_BASE)
         return self.info
 
     def _reconnect(self, why: str) -> bool:
+        """After a loss: ask the server every 0.1-0.5 s whether it is back (PROBE_S), and
+        connect as soon as it answers, waiting for its first picture up to `open_timeout`;
+        False when stopped meanwhile, a SourceError after `give_up_after` seconds."""
         self._disconnect()
         self._lost_since = self._last_frame_at or time.monotonic()
         log.warning("%s: %s; reconnecting", self.name, why)
@@ -226,19 +301,20 @@ class RtspSource:
             waited = time.monotonic() - started
             if waited > self.give_up_after:
                 raise self._error(f"lost for {waited:.0f} s, giving up ({why})")
-            delay = backoff_delay(attempt)
-            attempt += 1
-            if self._stop.wait(delay):
+            if attempt and self._stop.wait(backoff_delay(attempt - 1, PROBE_S)):
                 return False
-            timeout = min(self.open_timeout, ATTEMPT_S)
-            tried = time.monotonic()
+            attempt += 1
             try:
-                self._connect(timeout)
-            except (Cancelled, TimeoutError):
+                if not self._ask_server(PROBE_TIMEOUT_S).startswith(b"RTSP/"):
+                    continue
+                self._connect(self.open_timeout)
+            except Cancelled:
+                return False
+            except TimeoutError:
                 continue
             except (av.FFmpegError, OSError, StopIteration) as exc:
                 why = ("the stream ended" if isinstance(exc, StopIteration) else
-                       reason_after(exc, time.monotonic() - tried, timeout, f"no answer within {timeout:g} s"))
+                       reason_after(exc, 0.0, self.open_timeout, "no picture"))
                 log.debug("%s: reconnect failed (%s)", self.name, why)
                 continue
             now = time.monotonic()
@@ -295,6 +371,7 @@ class RtspSource:
                 self._i420 = np.empty((image.shape[0] * 3 // 2, image.shape[1]), np.uint8)
             convert_into(frame, image, self._i420)  # scales a stream that changed size
             now = time.monotonic()
+            self._count(frame.time, now)
             self.clock.stamp(slot, now if frame.time is None else self.stream_clock.video(frame.time, now))
             return True
 
@@ -311,12 +388,61 @@ class RtspSource:
             finally:
                 self._lock.release()
 
+    def _count(self, stream_time: float | None, now: float) -> None:
+        """One frame more for the input's rate; one without a timestamp (a connection's
+        first may have none) counts for the fallback only: frames over reading time."""
+        if self._first_read_at is None:
+            self._first_read_at = now
+        self._last_read_at = now
+        self._reads += 1
+        if stream_time is None:
+            return
+        if self._span_connection != self._connections:  # a new connection: a new span, ...
+            self._fold_span()
+            self._span_connection, self._span_start, self._span_frames = self._connections, stream_time, 0
+        if stream_time - self._span_start < RATE_SETTLE_S:  # ... once its first burst is over
+            return
+        if self._span_frames == 0:
+            self._span_first = stream_time
+        self._span_last = stream_time
+        self._span_frames += 1
+
+    def _fold_span(self) -> None:
+        if self._span_frames >= 2 and self._span_last > self._span_first:
+            self._intervals += self._span_frames - 1
+            self._interval_s += self._span_last - self._span_first
+        self._span_frames = 0
+
+    def input_fps(self) -> float:
+        """The stream's own rate over the run: frame intervals over the stream time they
+        span, connection by connection (the outages between them, and each connection's
+        first second, left out). The last
+        second's rate, which the status line shows, read 5.3 fps for a 30 fps stream at the
+        end of a run with reconnects."""
+        intervals, seconds = self._intervals, self._interval_s
+        if self._span_frames >= 2 and self._span_last > self._span_first:
+            intervals += self._span_frames - 1
+            seconds += self._span_last - self._span_first
+        if seconds > 0.5:
+            return intervals / seconds
+        span = self._last_read_at - (self._first_read_at or 0.0) - self.outage_s  # no timestamps
+        return (self._reads - 1) / span if self._reads > 1 and span > 0.5 else self.clock.measured_fps
+
     def describe(self) -> dict[str, object]:
         outage = self.outage_s
         if self._lost_since is not None:
             outage += time.monotonic() - self._lost_since
-        out: dict[str, object] = {"input": self.name, "measured_fps": round(self.clock.measured_fps, 2),
+        out: dict[str, object] = {"input": self.name, "measured_fps": round(self.input_fps(), 2),
                                   "reconnects": self.reconnects, "outage_s": round(outage, 3)}
+        if self._time_to_first is not None:
+            out["first_picture_s"] = round(self._time_to_first, 3)
         if self.audio.format is not None:
             out["audio_frames"] = self.audio.frames
         return out
+
+
+def _shown_answer(answer: bytes) -> str:
+    """The first line of a server's answer, for a message: printable, at most 40 characters."""
+    line = answer.split(b"\r\n", 1)[0].split(b"\n", 1)[0].decode("latin-1")
+    line = "".join(c for c in line if c.isprintable())[:40]
+    return repr(line)
