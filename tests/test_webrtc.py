@@ -258,8 +258,9 @@ def _rss_mb() -> float:
 
 
 def _our_threads() -> list[str]:
-    """Threads other than the event loop's executor pool (which grows to its size on use)."""
-    return sorted(t.name for t in threading.enumerate() if not t.name.startswith("asyncio_"))
+    """Threads other than the server's worker pool (the event loop's executor, all started
+    with the server: stream.server.app.start_workers)."""
+    return sorted(t.name for t in threading.enumerate() if not t.name.startswith("fs-worker"))
 
 
 def test_fifty_connect_disconnect_cycles_leave_nothing_behind(shared_job: SwapJob,

@@ -19,26 +19,81 @@ from __future__ import annotations
 
 import argparse
 import random
+import socket
 import statistics
+import subprocess
 import sys
+import threading
 import time
+from fractions import Fraction
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import av  # noqa: E402
+import numpy as np  # noqa: E402
 
+from stream.media.close import close_quietly  # noqa: E402
 from stream.media.demo_clips import astronaut, pan_zoom_frames  # noqa: E402
 from stream.sources.rtsp import RtspSource  # noqa: E402
-from tests.fixtures.rtsp import Publisher, Relay, free_port, relay_available  # noqa: E402
 
 FPS = 30
+RELAY = ROOT / "tests" / "fixtures" / "rtsp_relay.py"
 OPTIONS = {
     "ffmpeg": {"rtsp_transport": "tcp"},
     "old": {"rtsp_transport": "tcp", "fflags": "nobuffer", "flags": "low_delay", "max_delay": "0",
             "analyzeduration": "1000000", "probesize": "500000"},
 }
+
+
+class Camera(threading.Thread):
+    """Publishes `frames` in a loop, in real time, H.264 with a keyframe every `gop` frames
+    exactly (no scene cuts), as an IP camera set that way does."""
+
+    def __init__(self, url: str, frames: list[np.ndarray], gop: int) -> None:
+        super().__init__(daemon=True, name="camera")
+        self.url, self.frames, self.gop = url, frames, gop
+        self.sent = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        h, w = self.frames[0].shape[:2]
+        out = av.open(self.url, "w", format="rtsp", options={"rtsp_transport": "tcp"}, timeout=(5, 5))
+        try:
+            video = out.add_stream("libx264", rate=FPS)
+            video.width, video.height, video.pix_fmt = w, h, "yuv420p"
+            video.time_base = Fraction(1, 90000)
+            video.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(self.gop),
+                             "keyint_min": str(self.gop), "sc_threshold": "0", "bf": "0", "threads": "1"}
+            started = time.monotonic()
+            while not self.stop.is_set():
+                frame = av.VideoFrame.from_ndarray(self.frames[self.sent % len(self.frames)], format="bgr24")
+                frame.pts, frame.time_base = self.sent * 90000 // FPS, Fraction(1, 90000)
+                for packet in video.encode(frame):
+                    out.mux(packet)
+                self.sent += 1
+                self.stop.wait(max(0.0, started + self.sent / FPS - time.monotonic()))
+        finally:
+            close_quietly(out)
+
+
+def start_relay() -> tuple[subprocess.Popen[str], int]:
+    """The tests' RTSP relay on a free port (GStreamer's RTSP server, the system Python)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    try:
+        relay = subprocess.Popen(["/usr/bin/python3", str(RELAY), "--port", str(port), "cam"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as exc:
+        raise SystemExit(f"rtsp_join: cannot start the RTSP relay ({exc}); `make test-deps` installs it") from None
+    ready = relay.stdout.readline().strip() if relay.stdout else ""
+    if ready != "ready":
+        relay.kill()
+        raise SystemExit("rtsp_join: the RTSP relay did not start (GStreamer's RTSP server for "
+                         "/usr/bin/python3: `make test-deps`)")
+    return relay, port
 
 
 def first_picture_pyav(url: str, options: dict[str, str]) -> float:
@@ -64,28 +119,26 @@ def main() -> int:
     ap.add_argument("--gop", type=float, default=6.0, help="seconds between the camera's keyframes")
     ap.add_argument("--joins", type=int, default=3, help="joins for each way of opening")
     a = ap.parse_args()
-    why = relay_available()
-    if why:
-        raise SystemExit(f"rtsp_join: {why}")
     gop = round(a.gop * FPS)
-    relay = Relay(free_port(), ["cam"])
-    relay.start()
-    publisher = Publisher(relay.url("cam/push"), list(pan_zoom_frames(astronaut(), 30)), fps=FPS, gop=gop)
-    publisher.start()
+    relay, port = start_relay()
+    url = f"rtsp://127.0.0.1:{port}/cam"
+    camera = Camera(url + "/push", list(pan_zoom_frames(astronaut(), 30)), gop)
+    camera.start()
     rows: dict[str, list[tuple[float, float]]] = {"ffmpeg": [], "old": [], "live": []}
     try:
         time.sleep(2.0)
         for _ in range(a.joins):
             for way in rows:
                 time.sleep(random.uniform(0, a.gop))
-                next_key = (gop - publisher.sent % gop) / FPS
-                took = (first_picture_live(relay.url("cam")) if way == "live"
-                        else first_picture_pyav(relay.url("cam"), OPTIONS[way]))
+                next_key = (gop - camera.sent % gop) / FPS
+                took = first_picture_live(url) if way == "live" else first_picture_pyav(url, OPTIONS[way])
                 rows[way].append((next_key, took))
                 print(f"  {way:6s} next keyframe in {next_key:4.1f} s: first picture after {took:5.2f} s", flush=True)
     finally:
-        publisher.stop()
-        relay.stop()
+        camera.stop.set()
+        camera.join(10)
+        relay.kill()
+        relay.wait(10)
     print(f"keyframes {a.gop:g} s apart, 1280x720 {FPS} fps, {a.joins} joins each "
           "(first picture minus the wait for the next keyframe, median; the first picture, median):")
     for way, got in rows.items():
