@@ -144,3 +144,24 @@ def test_the_start_line_names_a_file_a_file(face_clip: Path) -> None:
     assert WebcamSource(str(face_clip)).name == f"file {str(face_clip)!r}"
     assert WebcamSource(0).name == "webcam 0"
     assert WebcamSource("/dev/video2").name == "webcam '/dev/video2'"
+
+
+def test_the_stream_rate_leaves_out_outages_bursts_and_frames_without_a_time() -> None:
+    from stream.media.clock import StreamRate
+
+    rate = StreamRate(settle_s=1.0)
+    assert rate.fps() is None
+    for connection in range(3):
+        rate.new_connection()
+        rate.frame(None, 0.0)  # a connection's first frame may carry no time
+        base = 100.0 * connection  # each connection's own clock; the outages between are long
+        for k in range(10):  # its first second: a burst of frames held back
+            rate.frame(base + k * 0.001, 0.0)
+        for k in range(1, 121):  # then 30 fps
+            rate.frame(base + 1.0 + k / 30, 0.0)
+    assert rate.fps() == pytest.approx(30.0)
+    untimed = StreamRate()
+    for k in range(61):
+        untimed.frame(None, 10.0 + k / 25)
+    assert untimed.fps() == pytest.approx(25.0)
+    assert untimed.fps(outage_s=1.2) == pytest.approx(60 / 1.2)

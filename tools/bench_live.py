@@ -271,14 +271,9 @@ def run_sync(job: SwapJob, via: str, seconds: float) -> dict:
     return asyncio.run(main())
 
 
-RELAY = ROOT / "tests" / "fixtures" / "rtsp_relay.py"
-
-
 def run_rtsp(job: SwapJob, seconds: float) -> dict:
     """The flash-and-beep camera (RTSP, with sound) read directly, through `live` to RTSP out,
     and through `live --output whep`: each reader's A/V offset and each run's latency."""
-    import socket
-    import subprocess
     import threading
 
     import aioice.ice
@@ -288,18 +283,10 @@ def run_rtsp(job: SwapJob, seconds: float) -> dict:
     from stream.sinks.open import open_sink
     from stream.sources.rtsp import RtspSource
     from tools.av_sync import FlashBeepPublisher, read_rtsp_sync
+    from tools.relay import start_relay
 
     aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    relay = subprocess.Popen(["/usr/bin/python3", str(RELAY), "--port", str(port), "--audio", "cam", "out"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ready = relay.stdout.readline().strip() if relay.stdout else ""
-    if ready != "ready":
-        relay.kill()
-        raise SystemExit(f"the RTSP relay did not start ({ready!r}): install GStreamer's RTSP server "
-                         "(make test-deps)")
+    relay, port = start_relay("cam", "out", audio=True)
     url = f"rtsp://127.0.0.1:{port}/"
     publisher = FlashBeepPublisher(url + "cam/push")
     publisher.start()

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -37,9 +35,9 @@ import numpy as np  # noqa: E402
 from stream.media.close import close_quietly  # noqa: E402
 from stream.media.demo_clips import astronaut, pan_zoom_frames  # noqa: E402
 from stream.sources.rtsp import RtspSource  # noqa: E402
+from tools.relay import start_relay  # noqa: E402
 
 FPS = 30
-RELAY = ROOT / "tests" / "fixtures" / "rtsp_relay.py"
 OPTIONS = {
     "ffmpeg": {"rtsp_transport": "tcp"},
     "old": {"rtsp_transport": "tcp", "fflags": "nobuffer", "flags": "low_delay", "max_delay": "0",
@@ -78,24 +76,6 @@ class Camera(threading.Thread):
             close_quietly(out)
 
 
-def start_relay() -> tuple[subprocess.Popen[str], int]:
-    """The tests' RTSP relay on a free port (GStreamer's RTSP server, the system Python)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    try:
-        relay = subprocess.Popen(["/usr/bin/python3", str(RELAY), "--port", str(port), "cam"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    except OSError as exc:
-        raise SystemExit(f"rtsp_join: cannot start the RTSP relay ({exc}); `make test-deps` installs it") from None
-    ready = relay.stdout.readline().strip() if relay.stdout else ""
-    if ready != "ready":
-        relay.kill()
-        raise SystemExit("rtsp_join: the RTSP relay did not start (GStreamer's RTSP server for "
-                         "/usr/bin/python3: `make test-deps`)")
-    return relay, port
-
-
 def first_picture_pyav(url: str, options: dict[str, str]) -> float:
     started = time.monotonic()
     with av.open(url, options=options, timeout=(30, 30)) as container:
@@ -120,7 +100,7 @@ def main() -> int:
     ap.add_argument("--joins", type=int, default=3, help="joins for each way of opening")
     a = ap.parse_args()
     gop = round(a.gop * FPS)
-    relay, port = start_relay()
+    relay, port = start_relay("cam")
     url = f"rtsp://127.0.0.1:{port}/cam"
     camera = Camera(url + "/push", list(pan_zoom_frames(astronaut(), 30)), gop)
     camera.start()

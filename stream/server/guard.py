@@ -91,7 +91,7 @@ class GuardedProtocol(asyncio.Protocol):
         self._tail = b""  # the last bytes seen while the first request's headers come in
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         client = str(peer[0]) if isinstance(peer, tuple) and peer else "local"
         refused = self.book.admit(client)

@@ -16,7 +16,7 @@ import numpy as np
 from stream.errors import SourceError, StopRequested, reason_of
 from stream.media.audio_delay import LIVE_RATE, AudioBus, AudioFormat, live_pieces, live_resampler
 from stream.media.backoff import PROBE_S, backoff_delay
-from stream.media.clock import VIDEO_TIME_BASE, CaptureClock
+from stream.media.clock import VIDEO_TIME_BASE, CaptureClock, StreamRate
 from stream.media.close import close_quietly
 from stream.media.convert import convert_into
 from stream.media.interruptible import Cancelled, wait_for_call
@@ -27,9 +27,6 @@ from stream.runtime.slot import Slot
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 2.0  # an OPTIONS request unanswered this long: the server is not there (yet)
-# The input's rate leaves out each connection's first second: the frames the server and the
-# stream's analysis held back come in a burst (with it, six reconnects read 31.4 fps at 30).
-RATE_SETTLE_S = 1.0
 
 _Opened = tuple["av.container.InputContainer", Iterator["av.VideoFrame"], "av.VideoFrame"]
 
@@ -109,18 +106,7 @@ class RtspSource:
         self._pending: av.VideoFrame | None = None
         self._last_frame_at = 0.0
         self._time_to_first: float | None = None  # seconds from the server's answer to the first picture
-        # The input's rate, from the stream's own timestamps: per connection, frames and the
-        # span from the first to the last (read times would count the burst a connection
-        # starts with, the frames its analysis held back, as a faster stream).
-        self._connections = 0
-        self._span_connection = -1
-        self._span_start = self._span_first = self._span_last = 0.0
-        self._span_frames = 0
-        self._intervals = 0  # frame intervals and the stream time they span, closed connections
-        self._interval_s = 0.0
-        self._reads = 0  # every frame read, from the first one's reading to the last one's
-        self._first_read_at: float | None = None
-        self._last_read_at = 0.0
+        self.rate = StreamRate()  # the stream's own rate, from its timestamps
         self._lost_since: float | None = None
         self._stalled = False
         self._i420: np.ndarray | None = None  # reused for the YUV -> BGR conversion
@@ -199,7 +185,7 @@ class RtspSource:
             lambda: self._open_container(timeout), timeout + 1.0, self._stop,
             discard=lambda opened: close_quietly(opened[0]), name="fs-rtsp-connect")
         self._container, self._frames, self._pending = container, frames, first
-        self._connections += 1
+        self.rate.new_connection()
 
     def _disconnect(self) -> None:
         container, self._container, self._frames = self._container, None, None
@@ -371,7 +357,7 @@ class RtspSource:
                 self._i420 = np.empty((image.shape[0] * 3 // 2, image.shape[1]), np.uint8)
             convert_into(frame, image, self._i420)  # scales a stream that changed size
             now = time.monotonic()
-            self._count(frame.time, now)
+            self.rate.frame(frame.time, now)
             self.clock.stamp(slot, now if frame.time is None else self.stream_clock.video(frame.time, now))
             return True
 
@@ -388,45 +374,12 @@ class RtspSource:
             finally:
                 self._lock.release()
 
-    def _count(self, stream_time: float | None, now: float) -> None:
-        """One frame more for the input's rate; one without a timestamp (a connection's
-        first may have none) counts for the fallback only: frames over reading time."""
-        if self._first_read_at is None:
-            self._first_read_at = now
-        self._last_read_at = now
-        self._reads += 1
-        if stream_time is None:
-            return
-        if self._span_connection != self._connections:  # a new connection: a new span, ...
-            self._fold_span()
-            self._span_connection, self._span_start, self._span_frames = self._connections, stream_time, 0
-        if stream_time - self._span_start < RATE_SETTLE_S:  # ... once its first burst is over
-            return
-        if self._span_frames == 0:
-            self._span_first = stream_time
-        self._span_last = stream_time
-        self._span_frames += 1
-
-    def _fold_span(self) -> None:
-        if self._span_frames >= 2 and self._span_last > self._span_first:
-            self._intervals += self._span_frames - 1
-            self._interval_s += self._span_last - self._span_first
-        self._span_frames = 0
-
     def input_fps(self) -> float:
-        """The stream's own rate over the run: frame intervals over the stream time they
-        span, connection by connection (the outages between them, and each connection's
-        first second, left out). The last
-        second's rate, which the status line shows, read 5.3 fps for a 30 fps stream at the
-        end of a run with reconnects."""
-        intervals, seconds = self._intervals, self._interval_s
-        if self._span_frames >= 2 and self._span_last > self._span_first:
-            intervals += self._span_frames - 1
-            seconds += self._span_last - self._span_first
-        if seconds > 0.5:
-            return intervals / seconds
-        span = self._last_read_at - (self._first_read_at or 0.0) - self.outage_s  # no timestamps
-        return (self._reads - 1) / span if self._reads > 1 and span > 0.5 else self.clock.measured_fps
+        """The stream's own rate over the run (StreamRate: its timestamps, outages and each
+        connection's first second left out). The last second's rate, which the status line
+        shows, read 5.3 fps for a 30 fps stream at the end of a run with reconnects."""
+        fps = self.rate.fps(self.outage_s)
+        return self.clock.measured_fps if fps is None else fps
 
     def describe(self) -> dict[str, object]:
         outage = self.outage_s
