@@ -27,7 +27,7 @@ INNER_LIPS = slice(60, 68)
 class Occlusion:
     """What stands in front of a face: `mask` (SIZE x SIZE, 255 on an occluder) in the face's
     canonical frame and `to_frame`, the 2x3 map of its pixels to frame pixels
-    (engines.occlusion)."""
+    (engines.classic.occlusion)."""
 
     mask: npt.NDArray[np.uint8]
     to_frame: npt.NDArray[np.float32]
@@ -35,9 +35,9 @@ class Occlusion:
 
 @dataclass(frozen=True, eq=False)
 class Look:
-    """A face's look for occluders, taken where its swap is pasted (engines.occlusion.
+    """A face's look for occluders, taken where its swap is pasted (engines.classic.occlusion.
     find_occluders): `reference` is its track's remembered appearance (an
-    engines.occlusion.AppearanceReference, made by the tracker), `clean` whether the tracker
+    engines.classic.occlusion.AppearanceReference, made by the tracker), `clean` whether the tracker
     saw the face clean this frame (detected, not held or coasting behind something), so that
     the reference learns from it."""
 
@@ -52,7 +52,7 @@ class Face:
     `kps5` is the detector's own five points when the run aligns with them (the reference
     mode); None: alignment uses five points made from the 68 landmarks. `look`: the tracker's
     handle for looking for occluders (None: not looked for); `occlusion`: what was found in
-    front of the face this frame (engines.occlusion.find_occluders; None: nothing). `skip`:
+    front of the face this frame (engines.classic.occlusion.find_occluders; None: nothing). `skip`:
     optional steps the swapper leaves out for this face this frame (names from its
     `optional_steps`; a live run that falls behind sheds them). `memo`: the track's own store,
     the same dict on each of its frames (None: a face without a track, a photo's), where the

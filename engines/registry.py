@@ -9,11 +9,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Protocol
 
-from engines.classical_swapper import ClassicalOptions
+from engines.backends.registry import RuntimeFactory, runtime_factory
+from engines.classic.swapper import ClassicalOptions
 from engines.protocols import Detector, Embedder, Landmarker, Swapper
-from engines.runtime_registry import RuntimeFactory, runtime_factory
+
+
+class DetectSettings(Protocol):
+    """The detection settings the engines read (the `detect` section of a preset)."""
+
+    max_side: int  # the frame scaled so its longer side is this
+    upsample: int  # dlib's upsampling passes
+    max_upscale: float  # a smaller frame upscaled towards max_side, at most this much
+    refine: bool  # dlib: each box measured again in a crop around it
+    verify: bool  # dlib: boxes checked by the face filter
+
+
+class ModelSettings(Protocol):
+    """The neural family's settings (the `models` section of a preset)."""
+
+    dir: str | None  # searched first for the model files
+    detector: str  # catalog names
+    embedder: str
+    swapper: str
+    landmarker: str | None  # None: dlib's 68-point landmarks
+    detect_size: int  # SCRFD's square input size
+    recrop_after_paste: bool  # faces that meet: each crop from the frame the ones before it left
+    full_frame_paste: bool  # insightface's paste over the whole frame, not the face's region
 
 
 @dataclass
@@ -44,7 +68,7 @@ class EngineSet:
 
 
 def _photo_detector() -> Detector:
-    from engines.dlib_detector import DlibHogDetector
+    from engines.dlib.detector import DlibHogDetector
 
     return DlibHogDetector(max_side=2048, upsample=1, shared=True)
 
@@ -53,23 +77,22 @@ def _verified(detector: Detector, verify: bool) -> Detector:
     """The detector with the face filter's second opinion on its boxes (no badges or prints)."""
     if not verify:
         return detector
-    from engines.face_filter import FaceFilter
+    from engines.dlib.face_filter import FaceFilter
 
     return FaceFilter(detector)
 
 
-def _build_dlib(detect: Any, swap: ClassicalOptions, models: Any, runtime: RuntimeFactory) -> EngineSet:
-    from engines.classical_swapper import ClassicalSwapper
-    from engines.dlib_detector import DlibHogDetector
-    from engines.dlib_embedder import DlibEmbedder
-    from engines.dlib_landmarker import DlibLandmarker
+def _build_dlib(detect: DetectSettings, swap: ClassicalOptions, models: ModelSettings,
+                runtime: RuntimeFactory) -> EngineSet:
+    from engines.classic.swapper import ClassicalSwapper
+    from engines.dlib.detector import DlibHogDetector
+    from engines.dlib.embedder import DlibEmbedder
+    from engines.dlib.landmarker import DlibLandmarker
 
     return EngineSet(
         name="dlib",
-        detector=_verified(DlibHogDetector(detect.max_side, detect.upsample,
-                                           max_upscale=getattr(detect, "max_upscale", 1.0),
-                                           refine=getattr(detect, "refine", False)),
-                           getattr(detect, "verify", True)),
+        detector=_verified(DlibHogDetector(detect.max_side, detect.upsample, max_upscale=detect.max_upscale,
+                                           refine=detect.refine), detect.verify),
         landmarker=DlibLandmarker(),
         embedder=DlibEmbedder(),
         swapper=ClassicalSwapper(swap),
@@ -78,13 +101,17 @@ def _build_dlib(detect: Any, swap: ClassicalOptions, models: Any, runtime: Runti
     )
 
 
-def _neural_files(models: Any) -> tuple[dict[str, Any], list[str]]:
+def _roles(models: ModelSettings) -> dict[str, str]:
+    """The catalog name of each model the neural family needs."""
+    return {"detector": models.detector, "embedder": models.embedder, "swapper": models.swapper}
+
+
+def _neural_files(models: ModelSettings) -> tuple[dict[str, Path | None], list[str]]:
     from engines.catalog import entry, locate
 
-    found: dict[str, Any] = {}
+    found: dict[str, Path | None] = {}
     missing: list[str] = []
-    for role in ("detector", "embedder", "swapper"):
-        name = getattr(models, role)
+    for role, name in _roles(models).items():
         path = locate(name, models.dir)
         if path is None:
             missing.append(entry(name).file)
@@ -94,16 +121,17 @@ def _neural_files(models: Any) -> tuple[dict[str, Any], list[str]]:
     return found, missing
 
 
-def _build_neural(detect: Any, swap: ClassicalOptions, models: Any, runtime: RuntimeFactory) -> EngineSet:
-    from engines.arcface import ArcFaceEmbedder
+def _build_neural(detect: DetectSettings, swap: ClassicalOptions, models: ModelSettings,
+                  runtime: RuntimeFactory) -> EngineSet:
     from engines.catalog import find
-    from engines.dlib_landmarker import DlibLandmarker
-    from engines.fan_landmarker import FanLandmarker
-    from engines.inswapper import InSwapper
-    from engines.neural import InSwapperSwapper, ScrfdFaces
-    from engines.scrfd import ScrfdDetector
+    from engines.dlib.landmarker import DlibLandmarker
+    from engines.models.adapters import InSwapperSwapper, ScrfdFaces
+    from engines.models.arcface import ArcFaceEmbedder
+    from engines.models.fan import FanLandmarker
+    from engines.models.inswapper import InSwapper
+    from engines.models.scrfd import ScrfdDetector
 
-    paths = {role: find(getattr(models, role), models.dir) for role in ("detector", "embedder", "swapper")}
+    paths = {role: find(name, models.dir) for role, name in _roles(models).items()}
     found, _ = _neural_files(models)
     embedder = ArcFaceEmbedder(runtime(paths["embedder"]))
     landmarker: Landmarker
@@ -120,8 +148,8 @@ def _build_neural(detect: Any, swap: ClassicalOptions, models: Any, runtime: Run
         landmarker=landmarker,
         embedder=embedder,
         swapper=InSwapperSwapper(InSwapper(runtime(paths["swapper"]),
-                                           recrop_after_paste=getattr(models, "recrop_after_paste", False),
-                                           full_frame_paste=getattr(models, "full_frame_paste", False)),
+                                           recrop_after_paste=models.recrop_after_paste,
+                                           full_frame_paste=models.full_frame_paste),
                                  embedder),
         photo_detector=_photo_detector(),
         note=(f"engine: neural ({paths['detector'].name}, {paths['embedder'].name}, "
@@ -129,7 +157,8 @@ def _build_neural(detect: Any, swap: ClassicalOptions, models: Any, runtime: Run
     )
 
 
-def _build_auto(detect: Any, swap: ClassicalOptions, models: Any, runtime: RuntimeFactory) -> EngineSet:
+def _build_auto(detect: DetectSettings, swap: ClassicalOptions, models: ModelSettings,
+                runtime: RuntimeFactory) -> EngineSet:
     _, missing = _neural_files(models)
     if not missing:
         return _build_neural(detect, swap, models, runtime)
@@ -138,7 +167,7 @@ def _build_auto(detect: Any, swap: ClassicalOptions, models: Any, runtime: Runti
     return chosen
 
 
-ENGINES: dict[str, Callable[[Any, ClassicalOptions, Any, RuntimeFactory], EngineSet]] = {
+ENGINES: dict[str, Callable[[DetectSettings, ClassicalOptions, ModelSettings, RuntimeFactory], EngineSet]] = {
     "auto": _build_auto,
     "dlib": _build_dlib,
     "neural": _build_neural,
@@ -149,7 +178,7 @@ ENGINES: dict[str, Callable[[Any, ClassicalOptions, Any, RuntimeFactory], Engine
 ENGINE_NAMES = tuple(ENGINES)
 
 
-def build_engines(name: str, *, detect: Any, swap: ClassicalOptions, models: Any,
+def build_engines(name: str, *, detect: DetectSettings, swap: ClassicalOptions, models: ModelSettings,
                   runtime: RuntimeFactory | None = None) -> EngineSet:
     """The engine family `name` for the given config sections (detect, swap, models), its
     ONNX models run by runtimes from `runtime` (ONNX Runtime with default options when

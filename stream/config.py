@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
-from engines.classical_swapper import BLENDS, ClassicalOptions
+from engines.backends.base import RuntimeOptions
+from engines.classic.swapper import BLENDS, ClassicalOptions
 from engines.registry import ENGINE_NAMES
-from engines.runtime import RuntimeOptions
 from stream.errors import ConfigError
 
 # BLENDS and ENGINE_NAMES are defined by the engines; the CLI offers them from here too.
@@ -101,7 +101,7 @@ class TrackConfig:
     smoother: str = "pose"
     points: str = "landmarks"  # alignment: landmarks (five made from the 68) | detector (its own five)
     # Look for what stands in front of each face (its appearance against the one remembered
-    # while it was seen clean, engines/occlusion.py): the classical swap leaves it in front.
+    # while it was seen clean, engines/classic/occlusion.py): the classical swap leaves it in front.
     occlusion: bool = True
     # Frames between the 68-point predictor's placements of a followed face's points (1: every
     # frame). Between them the last points move as the optical flow moved the face's picture
@@ -231,7 +231,7 @@ class ModelsConfig:
     recrop_after_paste: bool = False
     # Paste-back as insightface runs it: warp, erode and blur over the whole frame (exact against
     # its loop on every CPU, a full-frame pass per face); false: on the face's region only (within
-    # 2 grey levels of that, exact where this CPU's OpenCV allows: engines/region_warp.py).
+    # 2 grey levels of that, exact where this CPU's OpenCV allows: engines/geometry/region_warp.py).
     full_frame_paste: bool = False
 
     def __post_init__(self) -> None:

@@ -1,6 +1,6 @@
 """The same results on every CPU: the region warp's tests and the reference mode's
 bit-exactness run again under each OpenCV dispatch level this CPU and this cv2 can select
-(engines/cv_dispatch.py: without AVX-512, without AVX2, IPP off, the baseline only), each in
+(stream/runtime/cv_dispatch.py: without AVX-512, without AVX2, IPP off, the baseline only), each in
 its own process, since OpenCV reads `OPENCV_CPU_DISABLE` and `OPENCV_IPP` when imported.
 
 Which levels exist depends on the CPU (an ARM machine has fewer); what each must pass does not.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.cv_dispatch import DispatchLevel, current_levels, dispatched_features, levels
-from engines.region_warp import BOUND, SCHEMES
+from engines.geometry.region_warp import BOUND, SCHEMES
+from stream.runtime.cv_dispatch import DispatchLevel, current_levels, dispatched_features, levels
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS = current_levels()

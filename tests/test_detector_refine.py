@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engines.dlib_detector import DlibHogDetector
-from engines.dlib_landmarker import DlibLandmarker
+from engines.dlib.detector import DlibHogDetector
+from engines.dlib.landmarker import DlibLandmarker
 from engines.face import Box
 from engines.frame_views import FrameViews
 from stream.config import Config

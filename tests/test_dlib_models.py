@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engines import dlib_models
+from engines.dlib import models as dlib_models
 from engines.errors import ModelNotFound
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,8 +20,8 @@ def test_the_weights_are_found_and_loaded_without_pkg_resources() -> None:
     code = (
         "import sys\n"
         "sys.modules['pkg_resources'] = None  # as where setuptools has none: importing it fails\n"
-        "from engines.dlib_models import model_path\n"
-        "from engines.dlib_landmarker import DlibLandmarker\n"
+        "from engines.dlib.models import model_path\n"
+        "from engines.dlib.landmarker import DlibLandmarker\n"
         "DlibLandmarker().open()\n"
         "print(model_path('landmarks')); print(model_path('embedding'))\n"
         "assert 'face_recognition_models' not in sys.modules\n"
@@ -47,10 +47,10 @@ def test_a_missing_package_or_file_is_one_clear_error(monkeypatch: pytest.Monkey
 def test_each_model_is_loaded_once_a_process_and_shared() -> None:
     """The tracker's landmarker and the face filter's (and the two embedders) hold one copy
     of each model: two copies cost a one-face run 90 MB of its peak."""
-    from engines.dlib_detector import DlibHogDetector
-    from engines.dlib_embedder import DlibEmbedder
-    from engines.dlib_landmarker import DlibLandmarker
-    from engines.face_filter import FaceFilter
+    from engines.dlib.detector import DlibHogDetector
+    from engines.dlib.embedder import DlibEmbedder
+    from engines.dlib.face_filter import FaceFilter
+    from engines.dlib.landmarker import DlibLandmarker
 
     own, other = DlibLandmarker(), DlibLandmarker()
     own.open()
@@ -81,7 +81,7 @@ def test_a_shared_landmarker_gives_each_thread_its_own_answer() -> None:
     import cv2
     import numpy as np
 
-    from engines.dlib_landmarker import DlibLandmarker
+    from engines.dlib.landmarker import DlibLandmarker
     from engines.frame_views import FrameViews
     from stream.media.demo_clips import astronaut
 
@@ -107,7 +107,7 @@ def test_a_shared_detector_gives_each_thread_its_own_boxes() -> None:
 
     import cv2
 
-    from engines.dlib_detector import DlibHogDetector
+    from engines.dlib.detector import DlibHogDetector
     from engines.frame_views import FrameViews
     from stream.media.demo_clips import astronaut
 

@@ -1,5 +1,5 @@
 """dlib's face-embedding ResNet read from its own file and run by numpy
-(engines.dlib_resnet): the same embedding as dlib's, and a clear error for a file it is not."""
+(engines.dlib.resnet): the same embedding as dlib's, and a clear error for a file it is not."""
 from __future__ import annotations
 
 import threading
@@ -9,10 +9,10 @@ import dlib
 import numpy as np
 import pytest
 
-from engines.dlib_embedder import DlibEmbedder
-from engines.dlib_landmarker import DlibLandmarker
-from engines.dlib_models import model_path, shared_model
-from engines.dlib_resnet import DlibFileError, read_network
+from engines.dlib.embedder import DlibEmbedder
+from engines.dlib.landmarker import DlibLandmarker
+from engines.dlib.models import model_path, shared_model
+from engines.dlib.resnet import DlibFileError, read_network
 from engines.frame_views import FrameViews
 from stream.media.demo_clips import astronaut, group_picture
 
@@ -124,7 +124,7 @@ def test_a_file_that_is_not_the_network_is_refused_with_its_name(tmp_path) -> No
 
 def _with_filters(data: bytearray, at: int, n: int) -> bytearray:
     """`data` with the convolution whose version string is at `at` given `n` filters."""
-    from engines.dlib_resnet import _Reader
+    from engines.dlib.resnet import _Reader
 
     r = _Reader(bytes(data), "x")
     r.pos = at - 2  # the string's length: a control byte and one byte

@@ -1,5 +1,5 @@
 """dlib's 68-point shape predictor read from its own file and run with numpy
-(engines.dlib_shape): dlib's points, every box of a frame at once, and a clear error for a
+(engines.dlib.shape): dlib's points, every box of a frame at once, and a clear error for a
 file that is not a shape predictor."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import dlib
 import numpy as np
 import pytest
 
-import engines.dlib_shape as dlib_shape
-from engines.dlib_landmarker import DlibLandmarker
-from engines.dlib_models import model_path, shared_model
-from engines.dlib_shape import (
+import engines.dlib.shape as dlib_shape
+from engines.dlib.landmarker import DlibLandmarker
+from engines.dlib.models import model_path, shared_model
+from engines.dlib.shape import (
     ShapeFileError,
     ShapePredictor,
     _accumulate_rows,

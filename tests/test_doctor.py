@@ -35,7 +35,7 @@ def test_doctor_says_what_opencv_dispatches_to_and_the_region_warps_choice(
         expected: list[str]) -> None:
     import cv2
 
-    from engines import region_warp
+    from engines.geometry import region_warp
 
     monkeypatch.setattr("stream.job.vram_plan.device_memory", lambda device_id=0: None)
     monkeypatch.setattr(region_warp, "current", lambda: region_warp.WarpChoice(scheme, exact, diff, "SSE *AVX2"))

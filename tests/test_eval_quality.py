@@ -13,7 +13,7 @@ import dlib
 import numpy as np
 import pytest
 
-from engines.blend import face_turn
+from engines.geometry.measures import face_turn
 from stream.media.demo_clips import astronaut, write_clip
 from tests.fixtures import make_arcface
 from tools.quality import metrics

@@ -12,8 +12,8 @@ import cv2
 import numpy as np
 import pytest
 
-from engines.dlib_detector import DlibHogDetector
-from engines.face_filter import FaceFilter, plausible
+from engines.dlib.detector import DlibHogDetector
+from engines.dlib.face_filter import FaceFilter, plausible
 from engines.frame_views import FrameViews
 from engines.registry import build_engines
 from stream.config import Config, load_config

@@ -8,9 +8,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from engines.backends.ort import OrtRuntime
 from engines.errors import EngineError
-from engines.fan_landmarker import FanLandmarker
-from engines.ort_runtime import OrtRuntime
+from engines.models.fan import FanLandmarker
 from tests.fixtures import make_fan
 
 

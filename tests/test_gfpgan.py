@@ -13,12 +13,12 @@ import cv2
 import numpy as np
 import pytest
 
+from engines.backends.base import RuntimeOptions
+from engines.backends.ort import OrtRuntime
 from engines.errors import EngineError, ModelNotFound
 from engines.face import Face
-from engines.face_align import TEMPLATES, estimate_norm, kps5_from_landmarks68, warp_crop
-from engines.gfpgan import CROP_SIZE, EnhancerSwitch, GfpganEnhancer
-from engines.ort_runtime import OrtRuntime
-from engines.runtime import RuntimeOptions
+from engines.geometry.face_align import TEMPLATES, estimate_norm, kps5_from_landmarks68, warp_crop
+from engines.models.gfpgan import CROP_SIZE, EnhancerSwitch, GfpganEnhancer
 from tests.fixtures import make_gfpgan
 
 H, W = 480, 640

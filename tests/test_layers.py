@@ -1,6 +1,7 @@
 """The package's floor plan, checked on the source: every import (lazy ones included) runs
-down the layers, none runs in a cycle, `engines` never imports `stream`, no test module
-imports another, and the tools import no test module."""
+down the layers, none runs in a cycle, `engines` never imports `stream`, the engines' wings
+import only what their rules allow, no private name is imported from another module, no
+test module imports another, and the tools import no test module."""
 from __future__ import annotations
 
 import ast
@@ -118,8 +119,126 @@ def test_no_test_module_is_imported_by_another_or_by_a_tool(folder: str) -> None
     assert bad == []
 
 
+# engines/: the vocabulary at its root every wing speaks, the wings, and what each may import
+# (its own wing always). registry.py and fetch.py at the root assemble the wings: they may
+# import anything in engines.
+VOCABULARY = {"engines", "engines.errors", "engines.face", "engines.frame_views", "engines.protocols",
+              "engines.catalog"}
+WINGS = ("backends", "models", "classic", "dlib", "geometry")
+WING_MAY_IMPORT = {
+    "backends": set(),  # the root vocabulary only: a backend runs any model, knows none
+    "geometry": set(),  # and of the vocabulary, engines.face only (below)
+    "models": {"backends", "geometry"},
+    "classic": {"geometry"},
+    "dlib": {"geometry"},
+}
+GEOMETRY_VOCABULARY = {"engines", "engines.face", "engines.errors"}
+
+
+def wing_of(module: str) -> str | None:
+    """The wing of an engines module ('vocabulary', 'root' for registry and fetch, or a wing)."""
+    parts = module.split(".")
+    if parts[0] != "engines":
+        return None
+    if module in VOCABULARY:
+        return "vocabulary"
+    if len(parts) == 2 and parts[1] not in WINGS:
+        return "root"
+    return parts[1]
+
+
+def wing_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for name, deps in graph.items():
+        mine = wing_of(name)
+        if mine is None or mine == "root":
+            continue
+        for dep in deps:
+            theirs = wing_of(dep)
+            if theirs is None or theirs == mine:
+                continue
+            if mine == "vocabulary":
+                bad.append(f"{name} -> {dep}: the vocabulary imports only itself")
+            elif theirs == "root":
+                bad.append(f"{name} -> {dep}: a wing never imports the registry or fetch")
+            elif mine == "geometry" and dep not in GEOMETRY_VOCABULARY:
+                bad.append(f"{name} -> {dep}: geometry imports only engines.face")
+            elif theirs != "vocabulary" and theirs not in WING_MAY_IMPORT[mine]:
+                bad.append(f"{name} -> {dep}: {mine} never imports {theirs}")
+    return sorted(bad)
+
+
+def test_the_engines_wings_import_only_what_their_rules_allow() -> None:
+    assert wing_violations(GRAPH) == []
+
+
+def test_the_wing_rules_catch_a_sideways_import() -> None:
+    """The rules fail on the imports the wings were made to stop."""
+    bad = dict(GRAPH)
+    bad["engines.models.gfpgan"] = GRAPH["engines.models.gfpgan"] | {"engines.classic.blend"}
+    bad["engines.backends.base"] = GRAPH["engines.backends.base"] | {"engines.models.paste"}
+    bad["engines.geometry.face_align"] = GRAPH["engines.geometry.face_align"] | {"engines.protocols"}
+    bad["engines.dlib.detector"] = GRAPH["engines.dlib.detector"] | {"engines.registry"}
+    assert wing_violations(bad) == [
+        "engines.backends.base -> engines.models.paste: backends never imports models",
+        "engines.dlib.detector -> engines.registry: a wing never imports the registry or fetch",
+        "engines.geometry.face_align -> engines.protocols: geometry imports only engines.face",
+        "engines.models.gfpgan -> engines.classic.blend: models never imports classic",
+    ]
+
+
+def test_every_engines_folder_is_a_wing() -> None:
+    folders = {p.name for p in (ROOT / "engines").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(WINGS)
+
+
+def private_imports(path: Path) -> list[str]:
+    """`from <project module> import _name` in `path`: a private name taken from another module."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in ("stream", "engines"):
+            out += [f"{module_name(path)}: {node.module}.{a.name}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    assert [bad for path in PACKAGE.values() for bad in private_imports(path)] == []
+
+
+def test_one_onnx_io_reader_one_tensor_spec_one_iou() -> None:
+    """The graph's inputs and outputs are read in one place, described by one class, and
+    boxes are compared by one function."""
+    where: dict[str, list[str]] = {"reads tensor shapes": [], "class TensorSpec": [], "def iou": []}
+    for name, path in PACKAGE.items():
+        text = path.read_text()
+        for needle, key in ((".tensor_type", "reads tensor shapes"), ("\nclass TensorSpec", "class TensorSpec"),
+                            ("\ndef iou(", "def iou")):
+            if needle in text:
+                where[key].append(name)
+    assert where == {"reads tensor shapes": ["engines.backends.onnx_io"],
+                     "class TensorSpec": ["engines.backends.base"], "def iou": ["engines.face"]}
+
+
 def test_the_checks_see_a_real_graph() -> None:
     """The graph is what the checks above read: make sure it is not empty or blind."""
     assert "stream.runtime.ring" in GRAPH["stream.job.assembly"]
     assert "engines.registry" in GRAPH["stream.job.swap_job"]
     assert any(dep.startswith("stream.sources") for dep in GRAPH["stream.cli.main"])  # a lazy import
+    assert "engines.models.paste" in GRAPH["engines.models.gfpgan"]
+    assert "engines.backends.onnx_io" in GRAPH["engines.backends.triton.repo"]
+
+
+def test_the_engines_settings_are_the_presets_fields() -> None:
+    """registry.py reads the detect and models sections through typed protocols: each field
+    they name is a field of the preset's section (a renamed one fails here, not silently)."""
+    import typing
+
+    from engines.registry import DetectSettings, ModelSettings
+    from stream.config import DetectConfig, ModelsConfig
+
+    for protocol, section in ((DetectSettings, DetectConfig), (ModelSettings, ModelsConfig)):
+        wanted = typing.get_type_hints(protocol)
+        have = typing.get_type_hints(section)
+        assert {name: have.get(name) for name in wanted} == wanted, section.__name__

@@ -290,7 +290,7 @@ def test_steps_are_shed_as_detection_slows_and_come_back_last() -> None:
 
 
 def test_sheddable_steps_follow_the_config_and_the_swapper() -> None:
-    from engines.classical_swapper import ClassicalSwapper
+    from engines.classic.swapper import ClassicalSwapper
     from stream.job.cadence import sheddable
 
     classical = ClassicalSwapper()

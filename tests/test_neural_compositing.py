@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines import region_warp
-from engines.arcface import ArcFaceEmbedder
-from engines.inswapper import InSwapper
-from engines.ort_runtime import OrtRuntime
-from engines.region_warp import BOUND, SHIFTED, WarpChoice
+from engines.backends.ort import OrtRuntime
+from engines.geometry import region_warp
+from engines.geometry.region_warp import BOUND, SHIFTED, WarpChoice
+from engines.models.arcface import ArcFaceEmbedder
+from engines.models.inswapper import InSwapper
 from stream.media.demo_clips import astronaut
 from tests.fixtures import make_arcface, make_inswapper
 from tools.neural_seams import ASTRONAUT_KPS, SHIFTS, seam_pixels

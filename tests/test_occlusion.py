@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from skimage import data
 
-from engines.classical_swapper import ClassicalOptions, ClassicalSwapper
-from engines.dlib_models import model_path
+from engines.classic.occlusion import AppearanceReference
+from engines.classic.swapper import ClassicalOptions, ClassicalSwapper
+from engines.dlib.models import model_path
 from engines.face import Face
-from engines.occlusion import AppearanceReference
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,10 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
-import engines.ort_runtime as ort_runtime
+import engines.backends.ort as ort_runtime
+from engines.backends.base import RuntimeOptions
+from engines.backends.ort import OrtRuntime, io_binding_device
 from engines.errors import EngineError
-from engines.ort_runtime import OrtRuntime, io_binding_device
-from engines.runtime import RuntimeOptions
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 BIAS = np.array([1.0, 2.0, 3.0], np.float32)

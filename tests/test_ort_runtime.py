@@ -8,9 +8,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from engines.backends.base import RuntimeOptions
+from engines.backends.ort import OrtRuntime, choose_providers
 from engines.errors import EngineError, ModelNotFound
-from engines.ort_runtime import OrtRuntime, choose_providers
-from engines.runtime import RuntimeOptions
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 

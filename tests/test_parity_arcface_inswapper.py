@@ -15,12 +15,12 @@ import cv2
 import numpy as np
 import pytest
 
-from engines.arcface import ArcFaceEmbedder
+from engines.backends.ort import OrtRuntime
 from engines.errors import EngineError
-from engines.face_align import TEMPLATES, estimate_norm, kps5_from_landmarks68, warp_crop
-from engines.inswapper import InSwapper
-from engines.ort_runtime import OrtRuntime
-from engines.region_warp import BOUND
+from engines.geometry.face_align import TEMPLATES, estimate_norm, kps5_from_landmarks68, warp_crop
+from engines.geometry.region_warp import BOUND
+from engines.models.arcface import ArcFaceEmbedder
+from engines.models.inswapper import InSwapper
 from stream.media.demo_clips import astronaut, group_picture
 from tests.fixtures import make_arcface, make_inswapper
 
@@ -45,8 +45,8 @@ def _face(**kw: object):  # insightface's own Face record
 
 
 def _dlib_kps(image: np.ndarray) -> list[np.ndarray]:
-    from engines.dlib_detector import DlibHogDetector
-    from engines.dlib_landmarker import DlibLandmarker
+    from engines.dlib.detector import DlibHogDetector
+    from engines.dlib.landmarker import DlibLandmarker
     from engines.frame_views import FrameViews
 
     det, lm = DlibHogDetector(), DlibLandmarker()

@@ -16,10 +16,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from engines.backends.base import RuntimeOptions
+from engines.backends.ort import OrtRuntime
 from engines.errors import EngineError, ModelNotFound
-from engines.ort_runtime import OrtRuntime
-from engines.runtime import RuntimeOptions
-from engines.scrfd import ScrfdDetector
+from engines.models.scrfd import ScrfdDetector
 from stream.media.demo_clips import astronaut, group_picture
 from tests.fixtures import build_scrfd_model
 

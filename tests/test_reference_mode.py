@@ -137,12 +137,12 @@ def test_the_paste_does_not_rest_on_the_region_warp(models: Path, reference: Ref
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Exact by construction, not by this CPU's luck: the reference mode never calls the
     region warp (whose exactness depends on the CPU), so breaking it changes nothing."""
-    import engines.inswapper
+    import engines.models.inswapper
 
     def broken(*args: object, **kwargs: object) -> None:
         raise AssertionError("the reference mode used the region warp")
 
-    monkeypatch.setattr(engines.inswapper, "warp_affine_region", broken)
+    monkeypatch.setattr(engines.models.inswapper, "warp_affine_region", broken)
     cv2.imwrite(str(tmp_path / "in.png"), still())
     run_image(_job(models), str(tmp_path / "in.png"), str(tmp_path / "out.png"))
     np.testing.assert_array_equal(cv2.imread(str(tmp_path / "out.png")), reference.swap(still()))

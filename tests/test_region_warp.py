@@ -15,8 +15,8 @@ import cv2
 import numpy as np
 import pytest
 
-from engines import region_warp
-from engines.region_warp import BOUND, SCHEMES, SHIFTED, WarpChoice, choose, warp_affine_region
+from engines.geometry import region_warp
+from engines.geometry.region_warp import BOUND, SCHEMES, SHIFTED, WarpChoice, choose, warp_affine_region
 
 SIZE = (640, 360)
 
@@ -75,7 +75,7 @@ def _broken(IM: np.ndarray, region, images):  # noqa: ANN001 - a SCHEMES entry
 def test_a_candidate_that_raises_is_not_exact(monkeypatch: pytest.MonkeyPatch,
                                               caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setitem(SCHEMES, "broken", _broken)
-    with caplog.at_level(logging.DEBUG, logger="engines.region_warp"):
+    with caplog.at_level(logging.DEBUG, logger="engines.geometry.region_warp"):
         choice = choose(["broken", *[s for s in SCHEMES if s != "broken"]])
     assert choice.scheme != "broken"
     assert "'broken' failed on the probe (TypeError: a signature slip); not exact" in caplog.text
@@ -113,7 +113,7 @@ def test_region_is_within_the_bound_of_the_full_warp(monkeypatch: pytest.MonkeyP
 def test_the_choice_is_logged_with_its_measured_difference(caplog: pytest.LogCaptureFixture) -> None:
     region_warp.current.cache_clear()
     try:
-        with caplog.at_level(logging.DEBUG, logger="engines.region_warp"):
+        with caplog.at_level(logging.DEBUG, logger="engines.geometry.region_warp"):
             choice = region_warp.current()
     finally:
         region_warp.current.cache_clear()

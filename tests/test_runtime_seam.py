@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines import runtime_registry
-from engines.ort_runtime import OrtRuntime
-from engines.runtime import RuntimeOptions
-from engines.runtime_registry import runtime_factory
+from engines.backends import registry as runtime_registry
+from engines.backends.base import RuntimeOptions
+from engines.backends.ort import OrtRuntime
+from engines.backends.registry import runtime_factory
 from stream.config import load_config
 from stream.errors import ConfigError
 from stream.job.swap_job import SwapJob

@@ -10,9 +10,9 @@ import cv2
 import numpy as np
 import pytest
 
-from engines.classical_swapper import ClassicalOptions, ClassicalSwapper, blend_shape
-from engines.dlib_embedder import DlibEmbedder
-from engines.dlib_landmarker import DlibLandmarker
+from engines.classic.swapper import ClassicalOptions, ClassicalSwapper, blend_shape
+from engines.dlib.embedder import DlibEmbedder
+from engines.dlib.landmarker import DlibLandmarker
 from engines.face import BROWS, Face
 from engines.frame_views import FrameViews
 from stream.media.demo_clips import T1_LARGEST_FACE, astronaut, single_face_picture

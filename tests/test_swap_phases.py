@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engines.backends.base import RuntimeOptions, TensorSpec
+from engines.backends.ort import OrtRuntime
 from engines.face import Face
-from engines.inswapper import InSwapper
-from engines.neural import InSwapperSwapper
-from engines.ort_runtime import OrtRuntime
+from engines.models.adapters import InSwapperSwapper
+from engines.models.inswapper import InSwapper
 from engines.registry import EngineSet
-from engines.runtime import RuntimeOptions, TensorSpec
 from stream.config import load_config
 from stream.job.assembly import assemble
 from stream.runtime.allocator import NumpyAllocator

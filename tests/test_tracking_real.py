@@ -8,10 +8,10 @@ import cv2
 import numpy as np
 import pytest
 
-from engines.classical_swapper import ClassicalOptions
-from engines.dlib_detector import DlibHogDetector
+from engines.classic.occlusion import find_occluders
+from engines.classic.swapper import ClassicalOptions
+from engines.dlib.detector import DlibHogDetector
 from engines.frame_views import FrameViews
-from engines.occlusion import find_occluders
 from engines.registry import build_engines
 from stream.analysis.face_motion import follow_face
 from stream.analysis.tracklets import COVERED_SHARE, LOST_SHARE, Tracker, iou, landmark_box

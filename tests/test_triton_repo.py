@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from google.protobuf import text_format
 
-from engines.triton_repo import RepositoryError, write_repository
+from engines.backends.triton.repo import RepositoryError, write_repository
 from stream.cli.main import main
 from tests.fixtures import build_scrfd_model, make_arcface, make_fan, make_gfpgan, make_inswapper
 from tests.fixtures.triton import TritonServer

@@ -18,11 +18,11 @@ import cv2
 import numpy as np
 import pytest
 
+from engines.backends.base import RuntimeOptions
+from engines.backends.ort import OrtRuntime
+from engines.backends.registry import runtime_factory
+from engines.backends.triton.runtime import TritonRuntime, model_name
 from engines.errors import EngineError
-from engines.ort_runtime import OrtRuntime
-from engines.runtime import RuntimeOptions
-from engines.runtime_registry import runtime_factory
-from engines.triton_runtime import TritonRuntime, model_name
 from stream.cli.main import main
 from tests.fixtures import build_scrfd_model, make_arcface, make_clip, make_fan, make_inswapper, window_frame
 from tests.fixtures.rtsp import free_port
@@ -139,7 +139,7 @@ def test_model_name_on_the_server_is_the_catalog_name(file: str, name: str) -> N
 
 
 def test_importing_engines_imports_no_tritonclient() -> None:
-    code = ("import sys, engines.registry, engines.runtime_registry, engines.runtime, stream.cli.parser; "
+    code = ("import sys, engines.registry, engines.backends.registry, engines.backends.base, stream.cli.parser; "
             "print('tritonclient' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -241,7 +241,7 @@ def test_requests_are_spread_over_the_servers_up(server: TritonServer, models_di
     port = server.grpc_url.rsplit(":", 1)[1]
     dead = f"127.0.0.1:{free_port()}"
     remote = TritonRuntime(models_dir / "w600k_r50.onnx", _options(server.grpc_url, f"localhost:{port}", dead))
-    with caplog.at_level(logging.WARNING, logger="engines.triton_servers"):
+    with caplog.at_level(logging.WARNING, logger="engines.backends.triton.servers"):
         remote.open()
         blob = np.zeros((2, 3, 112, 112), np.float32)
         for _ in range(10):

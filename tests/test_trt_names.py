@@ -3,7 +3,7 @@
 The names come from the bindings wheels on PyPI, extracted once by tools/trt_names.py into
 tests/fixtures/trt_names.json (nothing is downloaded here). Three checks meet:
 - the names the runtime's source touches (read with ast) are the ones it declares
-  (engines.trt_env.TRT_NAMES, TRT_NAMES_10);
+  (engines.backends.trt.env.TRT_NAMES, TRT_NAMES_10);
 - the declared names exist in both versions (TRT_NAMES_10 in 10.x only: the data shows
   11.x lost them, which is why the runtime forks there);
 - the stand-in `tensorrt` defines no name the real one lacks, so a test passing on the
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from engines.trt_env import TRT_NAMES, TRT_NAMES_10
+from engines.backends.trt.env import TRT_NAMES, TRT_NAMES_10
 from tests.fixtures.fake_cupy import FakeCupy
 from tests.fixtures.fake_tensorrt import V10, V11, FakeTensorRT
 from tools.trt_names import names_of_wheel, rodata
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = json.loads((ROOT / "tests" / "fixtures" / "trt_names.json").read_text())
-SOURCES = sorted((ROOT / "engines").glob("trt_*.py"))
+SOURCES = sorted((ROOT / "engines" / "backends" / "trt").glob("*.py"))
 # Variables (and self attributes) that hold TensorRT objects in the runtime's source.
 TRT_OBJECTS = {"trt", "builder", "network", "parser", "config", "shapes", "runtime", "engine", "context", "severity"}
 
@@ -82,7 +82,7 @@ def test_the_names_data_covers_both_versions_and_tells_them_apart() -> None:
 
 def test_the_runtime_declares_exactly_the_names_its_source_uses() -> None:
     used = used_names()
-    assert used - (TRT_NAMES | TRT_NAMES_10) == set(), "declare these in engines/trt_env.py"
+    assert used - (TRT_NAMES | TRT_NAMES_10) == set(), "declare these in engines/backends/trt/env.py"
     assert (TRT_NAMES | TRT_NAMES_10) - used == set(), "declared but not used"
 
 

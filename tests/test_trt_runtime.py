@@ -20,17 +20,17 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import engines.trt_build as trt_build
-from engines.arcface import ArcFaceEmbedder
-from engines.bound_outputs import BindsOutputs
+import engines.backends.trt.build as trt_build
+from engines.backends.base import RuntimeOptions
+from engines.backends.bound_outputs import BindsOutputs
+from engines.backends.ort import OrtRuntime
+from engines.backends.registry import RUNTIMES, runtime_factory
+from engines.backends.trt.runtime import TrtRuntime
 from engines.errors import EngineError, ModelNotFound
-from engines.gfpgan import GfpganEnhancer
-from engines.inswapper import InSwapper
-from engines.ort_runtime import OrtRuntime
-from engines.runtime import RuntimeOptions
-from engines.runtime_registry import RUNTIMES, runtime_factory
-from engines.scrfd import ScrfdDetector
-from engines.trt_runtime import TrtRuntime
+from engines.models.arcface import ArcFaceEmbedder
+from engines.models.gfpgan import GfpganEnhancer
+from engines.models.inswapper import InSwapper
+from engines.models.scrfd import ScrfdDetector
 from stream.config import load_config
 from stream.errors import ConfigError
 from stream.media.demo_clips import astronaut
@@ -256,7 +256,7 @@ def test_an_engine_file_that_does_not_load_is_rebuilt_with_a_warning(
         bad = {"garbage": b"\x00junk" * 100, "truncated": good[:len(good) // 2], "empty": b""}[damage]
     path.write_bytes(bad)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="engines.trt_runtime"):
+    with caplog.at_level(logging.WARNING, logger="engines.backends.trt.runtime"):
         rt = _trt(models["arcface"], tmp_path)
     assert rt.built and len(fake.builds) == 2
     warning = [r.getMessage() for r in caplog.records if "cannot be loaded" in r.getMessage()]
@@ -319,8 +319,8 @@ def slow(self, network, config):
     threading.Event().wait(1.0)  # long enough for the other process to arrive meanwhile
     return build(self, network, config)
 trt.module.Builder.build_serialized_network = slow
-from engines.runtime import RuntimeOptions
-from engines.trt_runtime import TrtRuntime
+from engines.backends.base import RuntimeOptions
+from engines.backends.trt.runtime import TrtRuntime
 import numpy as np
 rt = TrtRuntime({model!r}, RuntimeOptions(kind="tensorrt", trt_cache_dir={cache!r}))
 rt.open()
@@ -355,7 +355,7 @@ def test_the_timing_cache_is_saved_and_given_to_the_next_build(
     _trt(models["arcface"], tmp_path, trt_workspace=1 << 28)  # another engine of the same model
     assert fake.builds[1]["timing_reused"]
     timing[0].write_bytes(b"damaged")
-    with caplog.at_level(logging.INFO, logger="engines.trt_build"):
+    with caplog.at_level(logging.INFO, logger="engines.backends.trt.build"):
         rt = _trt(models["arcface"], tmp_path, trt_workspace=1 << 27)
     assert rt.built and not fake.builds[2]["timing_reused"] and "timing cache does not fit" in caplog.text
     assert timing[0].read_bytes().startswith(b"FAKETIME")  # replaced by a good one
@@ -615,7 +615,7 @@ def test_the_registry_makes_tensorrt_runtimes_and_importing_engines_imports_no_g
     options = RuntimeOptions(kind="tensorrt", trt_max_batch=4)
     rt = runtime_factory(options, alloc)(tmp_path / "m.onnx")
     assert isinstance(rt, TrtRuntime) and rt.options is options and rt.allocator is alloc and "tensorrt" in RUNTIMES
-    code = ("import sys, engines.registry, engines.runtime_registry, engines.trt_runtime; "
+    code = ("import sys, engines.registry, engines.backends.registry, engines.backends.trt.runtime; "
             "print(sorted(m for m in ('tensorrt', 'cupy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -14,31 +14,29 @@ import numpy as np
 import pytest
 from skimage import data
 
-from engines import classical_swapper
-from engines.blend import (
+from engines.classic import swapper as classical_swapper
+from engines.classic.blend import (
     LIP_EDGE,
     detail,
     face_pixels,
-    face_size,
-    face_turn,
     match_detail,
     match_lips,
     match_shading,
-    mouth_open_ratio,
     prepare_masks,
     transfer_color,
 )
-from engines.classical_swapper import (
+from engines.classic.piecewise_affine import forward_warp, prepare_affines, prepare_triangulation
+from engines.classic.swapper import (
     LEVEL_MARGIN,
     ClassicalOptions,
     ClassicalSwapper,
     SourceFace,
     place_forehead,
 )
-from engines.dlib_models import model_path
+from engines.dlib.models import model_path
 from engines.errors import EngineError
 from engines.face import INNER_LIPS, Face, SwapResult
-from engines.piecewise_affine import forward_warp, prepare_affines, prepare_triangulation
+from engines.geometry.measures import face_size, face_turn, mouth_open_ratio
 
 
 @dataclass(frozen=True)
@@ -778,7 +776,7 @@ def test_a_squeezed_half_face_is_sampled_over_each_pixel(astro, monkeypatch):
     # averaged. One bilinear sample a pixel skips four source pixels in five and aliases (a
     # dotted line down a turned face's far cheek); the squeezed triangles, sampled over each
     # pixel, come much closer. The rest of the warp is left exactly as it was.
-    from engines import piecewise_affine
+    from engines.classic import piecewise_affine
 
     rng = np.random.default_rng(3)
     h, w = astro.image.shape[:2]
@@ -827,8 +825,8 @@ def test_a_crease_is_drawn_from_the_surfaces_beside_it(monkeypatch):
     # or brighter than everything around them (a dotted line down the face); the mean over
     # its whole source drew a line. Its pixels now lie within what their neighbours on the
     # surfaces either side show, and nothing off the crease changes.
-    from engines import piecewise_affine
-    from engines.piecewise_affine import prepare_mesh
+    from engines.classic import piecewise_affine
+    from engines.classic.piecewise_affine import prepare_mesh
 
     rng = np.random.default_rng(5)
     image = cv2.GaussianBlur(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), (0, 0), 0.7)

@@ -58,14 +58,14 @@ class DlibFaces:
     68 landmarks, as SCRFD-shaped arrays (dets (N, 5), kps (N, 5, 2))."""
 
     def __init__(self) -> None:
-        from engines.dlib_detector import DlibHogDetector
-        from engines.dlib_landmarker import DlibLandmarker
+        from engines.dlib.detector import DlibHogDetector
+        from engines.dlib.landmarker import DlibLandmarker
 
         self.det, self.lm = DlibHogDetector(1280), DlibLandmarker()
 
     def __call__(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        from engines.face_align import kps5_from_landmarks68
         from engines.frame_views import FrameViews
+        from engines.geometry.face_align import kps5_from_landmarks68
 
         frame = FrameViews(image)
         found = self.det.forward(frame)
@@ -79,7 +79,7 @@ def use_dlib_faces() -> None:
     """Make both sides' SCRFD calls pay the model's cost and answer with dlib's faces."""
     from insightface.model_zoo.scrfd import SCRFD
 
-    from engines.scrfd import ScrfdDetector
+    from engines.models.scrfd import ScrfdDetector
 
     faces = DlibFaces()
     ours, theirs = ScrfdDetector.forward, SCRFD.detect

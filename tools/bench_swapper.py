@@ -19,13 +19,13 @@ from skimage import data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engines.blend import face_turn  # noqa: E402
-from engines.classical_swapper import (
+from engines.classic.swapper import (
     ClassicalOptions,  # noqa: E402
     ClassicalSwapper,  # noqa: E402
 )
-from engines.dlib_models import model_path  # noqa: E402
+from engines.dlib.models import model_path  # noqa: E402
 from engines.face import Face  # noqa: E402
+from engines.geometry.measures import face_turn  # noqa: E402
 
 
 def astronaut_landmarks() -> tuple[np.ndarray, np.ndarray]:

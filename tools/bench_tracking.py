@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engines.classical_swapper import ClassicalOptions  # noqa: E402
+from engines.classic.swapper import ClassicalOptions  # noqa: E402
 from engines.frame_views import FrameViews  # noqa: E402
 from engines.registry import build_engines  # noqa: E402
 from stream.analysis.tracklets import Tracker  # noqa: E402

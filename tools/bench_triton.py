@@ -4,7 +4,7 @@
 stand-in neural models (tools/synth: SCRFD, ArcFace, inswapper with a dynamic batch axis,
 2dfan4): first each stream on its own ONNX Runtime, then all of them through one bundled
 `tritonserver` (tools/triton/env.py) serving a Python-backend repository of the same files
-(`engines.triton_repo`, dynamic batching). Prints, per mode and stream count: frames per
+(`engines.backends.triton.repo`, dynamic batching). Prints, per mode and stream count: frames per
 second per stream (mean, and all streams together), the p95 of the swap stage (the
 swapper call of a frame) and of the analyse stage (detector and landmarks), the p95
 capture-to-sink latency, and from the server's statistics the batches formed: requests
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
-from engines.triton_repo import write_repository  # noqa: E402
+from engines.backends.triton.repo import write_repository  # noqa: E402
 from stream.media.demo_clips import astronaut, group_picture  # noqa: E402
 from tools.media import make_clip  # noqa: E402
 from tools.synth.face_models import make_arcface, make_inswapper  # noqa: E402

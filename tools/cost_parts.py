@@ -34,29 +34,43 @@ from pathlib import Path
 PARTS = [
     ("analyse", "tracking (all of it)", [("stream.analysis.tracklets", "Tracker.update"),
                                          ("stream.tracklets", "Tracker.update")]),
-    ("analyse", "  detection (HOG + filter)", [("engines.face_filter", "FaceFilter.forward"),
-                                               ("engines.dlib_detector", "DlibHogDetector.forward")]),
-    ("analyse", "    HOG detector", [("engines.dlib_detector", "DlibHogDetector.forward")]),
-    ("analyse", "      box refinement", [("engines.dlib_detector", "DlibHogDetector.refine_box")]),
-    ("analyse", "    near the faces only", [("engines.dlib_detector", "DlibHogDetector.forward_near")]),
-    ("analyse", "    face filter: embedding", [("engines.face_filter", "FaceFilter.embedding_scores"),
-                                                 ("engines.face_filter", "FaceFilter.embedding_score")]),
-    ("analyse", "  landmarks (68 points)", [("engines.dlib_landmarker", "DlibLandmarker.forward_many")]),
+    ("analyse", "  detection (HOG + filter)", [("engines.dlib.face_filter", "FaceFilter.forward"),
+                                               ("engines.dlib.detector", "DlibHogDetector.forward")]),
+    ("analyse", "    HOG detector", [("engines.dlib.detector", "DlibHogDetector.forward")]),
+    ("analyse", "      box refinement", [("engines.dlib.detector", "DlibHogDetector.refine_box")]),
+    ("analyse", "    near the faces only", [("engines.dlib.detector", "DlibHogDetector.forward_near")]),
+    ("analyse", "    face filter: embedding", [("engines.dlib.face_filter", "FaceFilter.embedding_scores"),
+                                                 ("engines.dlib.face_filter", "FaceFilter.embedding_score")]),
+    ("analyse", "  landmarks (68 points)", [("engines.dlib.landmarker", "DlibLandmarker.forward_many")]),
     ("analyse", "  optical flow", [("stream.analysis.face_motion", "follow_face")]),
     ("analyse", "  pose smoother (Kalman)", [("stream.analysis.pose_smoother", "PoseShapeSmoother.__call__")]),
-    ("swap", "piecewise warp", [("engines.piecewise_affine", "forward_warp")]),
-    ("composite", "occlusion finder", [("engines.occlusion", "find_occluders")]),
-    ("composite", "paste (all of it)", [("engines.classical_swapper", "ClassicalSwapper.paste")]),
-    ("composite", "  masks", [("engines.blend", "prepare_masks")]),
-    ("composite", "  forehead and hair", [("engines.classical_swapper", "keep_target_hair")]),
-    ("composite", "  occluder cut", [("engines.occlusion", "cut_occlusion")]),
-    ("composite", "  colour transfer", [("engines.blend", "color_matrix"), ("engines.blend", "transfer_color")]),
-    ("composite", "    its matrix applied", [("engines.blend", "apply_color")]),
-    ("composite", "  lip colour", [("engines.blend", "match_lips")]),
-    ("composite", "  shading", [("engines.blend", "match_shading")]),
-    ("composite", "  detail", [("engines.blend", "match_detail")]),
-    ("composite", "  feather blend", [("engines.blend", "blend_feather")]),
+    ("swap", "piecewise warp", [("engines.classic.piecewise_affine", "forward_warp")]),
+    ("composite", "occlusion finder", [("engines.classic.occlusion", "find_occluders")]),
+    ("composite", "paste (all of it)", [("engines.classic.swapper", "ClassicalSwapper.paste")]),
+    ("composite", "  masks", [("engines.classic.blend", "prepare_masks")]),
+    ("composite", "  forehead and hair", [("engines.classic.swapper", "keep_target_hair")]),
+    ("composite", "  occluder cut", [("engines.classic.occlusion", "cut_occlusion")]),
+    ("composite", "  colour transfer", [("engines.classic.blend", "color_matrix"),
+                                        ("engines.classic.blend", "transfer_color")]),
+    ("composite", "    its matrix applied", [("engines.classic.blend", "apply_color")]),
+    ("composite", "  lip colour", [("engines.classic.blend", "match_lips")]),
+    ("composite", "  shading", [("engines.classic.blend", "match_shading")]),
+    ("composite", "  detail", [("engines.classic.blend", "match_detail")]),
+    ("composite", "  feather blend", [("engines.classic.blend", "blend_feather")]),
 ]
+
+# engines/ was flat before its wings: an older tree (b653149, say) has the same parts under these
+# module names, tried after the current ones.
+BEFORE_WINGS = {"engines.dlib.face_filter": "engines.face_filter", "engines.dlib.detector": "engines.dlib_detector",
+                "engines.dlib.landmarker": "engines.dlib_landmarker",
+                "engines.classic.piecewise_affine": "engines.piecewise_affine",
+                "engines.classic.occlusion": "engines.occlusion",
+                "engines.classic.swapper": "engines.classical_swapper",
+                "engines.classic.blend": "engines.blend"}
+
+
+def _candidates(candidates: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return candidates + [(BEFORE_WINGS[m], a) for m, a in candidates if m in BEFORE_WINGS]
 
 
 def _wrap(owner: object, name: str, label: str, totals: dict, calls: dict, cpu: dict) -> bool:
@@ -84,7 +98,7 @@ def install(totals: dict, calls: dict, cpu: dict) -> list[str]:
     by name). Returns the labels this tree does not have."""
     absent = []
     for _, label, candidates in PARTS:
-        for module, attr in candidates:
+        for module, attr in _candidates(candidates):
             try:
                 mod = importlib.import_module(module)
             except ImportError:

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 import cv2  # noqa: E402
 
 from engines.catalog import locate  # noqa: E402
-from engines.dlib_embedder import SAME_PERSON  # noqa: E402
+from engines.dlib.embedder import SAME_PERSON  # noqa: E402
 from tools.quality.clips import SCENES  # noqa: E402
 from tools.quality.measure import MeasureError, Models, QualityReport, Reference  # noqa: E402
 from tools.quality.suite import CONFIGS, run_suite  # noqa: E402

@@ -1,7 +1,7 @@
 """Fit the face filter's second opinion: a linear discriminant on dlib's 128-d embedding that
 tells faces from the things dlib's HOG detector takes for faces (badges, prints, drawings).
 
-    python tools/fit_face_filter.py [--out engines/face_filter_weights.py]
+    python tools/fit_face_filter.py [--out engines/dlib/face_filter_weights.py]
 
 Training pictures come with installed packages, none from the quality clips (tools/quality
 uses insightface's t1.jpg and the astronaut; they stay for measuring):
@@ -29,8 +29,8 @@ import cv2  # noqa: E402
 import dlib  # type: ignore[import-untyped]  # noqa: E402
 import numpy as np  # noqa: E402
 
-from engines.dlib_embedder import DlibEmbedder  # noqa: E402
-from engines.dlib_landmarker import DlibLandmarker  # noqa: E402
+from engines.dlib.embedder import DlibEmbedder  # noqa: E402
+from engines.dlib.landmarker import DlibLandmarker  # noqa: E402
 from engines.frame_views import FrameViews  # noqa: E402
 
 NO_PEOPLE = ("chelsea", "coffee", "cat", "rocket", "horse", "brick", "coins", "clock", "gravel", "grass",
@@ -158,7 +158,7 @@ def write_module(path: Path, w: np.ndarray, b: float, scale: float, n_faces: int
                  errors: tuple[int, int]) -> None:
     rows = ",\n".join("    " + ", ".join(f"{v:.6f}" for v in w[i:i + 6]) for i in range(0, len(w), 6))
     path.write_text(
-        '"""Weights of the face filter\'s discriminant on dlib\'s 128-d embedding (engines/face_filter.py).\n\n'
+        '"""Weights of the face filter\'s discriminant on dlib\'s 128-d embedding (engines/dlib/face_filter.py).\n\n'
         "Written by tools/fit_face_filter.py (do not edit): Fisher's discriminant fitted on "
         f"{n_faces} faces and {n_others}\nnon-faces from installed pictures; training errors: "
         f"{errors[0]} faces, {errors[1]} non-faces.\n" + '"""\n\n'
@@ -167,7 +167,7 @@ def write_module(path: Path, w: np.ndarray, b: float, scale: float, n_faces: int
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(ROOT / "engines" / "face_filter_weights.py"))
+    p.add_argument("--out", default=str(ROOT / "engines" / "dlib" / "face_filter_weights.py"))
     p.add_argument("--samples", metavar="NPZ", help="embeddings: read from here if it exists, else saved here")
     args = p.parse_args(argv)
     if args.samples and Path(args.samples).is_file():

@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engines.arcface import ArcFaceEmbedder  # noqa: E402
+from engines.backends.ort import OrtRuntime  # noqa: E402
 from engines.face import SwapResult  # noqa: E402
-from engines.face_align import kps5_from_landmarks68  # noqa: E402
-from engines.inswapper import InSwapper  # noqa: E402
-from engines.ort_runtime import OrtRuntime  # noqa: E402
+from engines.geometry.face_align import kps5_from_landmarks68  # noqa: E402
+from engines.models.arcface import ArcFaceEmbedder  # noqa: E402
+from engines.models.inswapper import InSwapper  # noqa: E402
 from stream.media.demo_clips import astronaut, group_picture  # noqa: E402
 from tools.synth.face_models import make_arcface, make_inswapper  # noqa: E402
 
@@ -62,8 +62,8 @@ def _pasted(image: np.ndarray, results: list[SwapResult]) -> np.ndarray:
 
 
 def _dlib_kps(image: np.ndarray) -> list[np.ndarray]:
-    from engines.dlib_detector import DlibHogDetector
-    from engines.dlib_landmarker import DlibLandmarker
+    from engines.dlib.detector import DlibHogDetector
+    from engines.dlib.landmarker import DlibLandmarker
     from engines.frame_views import FrameViews
 
     det, lm = DlibHogDetector(), DlibLandmarker()

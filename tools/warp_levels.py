@@ -2,7 +2,7 @@
 level picks, whether it is exact, and its largest difference from the full-frame warp.
 
 Each level runs in a fresh process (OPENCV_CPU_DISABLE is read when cv2 is imported). Per
-level: the scheme `engines.region_warp` picks and what its probe measured, then every
+level: the scheme `engines.geometry.region_warp` picks and what its probe measured, then every
 candidate against `cv2.warpAffine` on random transforms into a 1280x720 frame (uint8
 textures and the float32 white square the paste mask is made from). `--time` also times
 inswapper's paste-back of one 110 px face into a 720p frame in this process: on its region
@@ -22,8 +22,9 @@ import time
 import cv2
 import numpy as np
 
-from engines import cv_dispatch, region_warp
-from engines.inswapper import InSwapper
+from engines.geometry import region_warp
+from engines.models.inswapper import InSwapper
+from stream.runtime import cv_dispatch
 
 SIZE = (1280, 720)
 

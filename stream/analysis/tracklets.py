@@ -63,10 +63,10 @@ from typing import Any
 
 import numpy as np
 
-from engines.blend import face_turn
+from engines.classic.occlusion import AppearanceReference
 from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, Look, iou
 from engines.frame_views import FrameViews
-from engines.occlusion import AppearanceReference
+from engines.geometry.measures import face_turn
 from engines.protocols import Detector, Embedder, Landmarker, PointDetector
 from stream.analysis.background_detector import BackgroundDetector
 from stream.analysis.face_motion import face_motion, follow_face, move_box
@@ -105,7 +105,7 @@ LOST_SHARE = 0.6
 # 0.14-0.29.
 BOX_JUMP = 0.12
 KEEP_IOU = 0.5  # the face's own box must overlap the detection's this much to be kept instead
-# A face turned further (engines.blend.face_turn: 0 frontal, near 1 with the far cheek hidden)
+# A face turned further (engines.classic.blend.face_turn: 0 frontal, near 1 with the far cheek hidden)
 # is not checked: dlib's points on it depend on the box several times more than on a frontal
 # face (a 5% move of the box moves them 0.03-0.075 against 0.01-0.02), and which box fits it
 # better is a toss (checked too, the default's small clip: shift 0.089 -> 0.081, but the
@@ -402,7 +402,7 @@ class Tracker:
         """The face's look for occluders this frame: its remembered appearance (made when it is
         first seen clean) and whether it is clean now (detected, not held or coasting behind
         something: the reference learns from clean frames only). The comparison itself is
-        the composite stage's (engines.occlusion.find_occluders)."""
+        the composite stage's (engines.classic.occlusion.find_occluders)."""
         clean = tr.missed == 0 and not (tr.held or tr.doubted or tr.coasted or tr.covered)
         if tr.appearance is None:
             if not clean:

@@ -69,7 +69,7 @@ def _opencv_dispatch() -> Finding:
     compares with the full-frame warp here (part of a bug report about differing pixels)."""
     import cv2
 
-    from engines.region_warp import BOUND, current
+    from engines.geometry.region_warp import BOUND, current
 
     choice = current()
     ipp = cv2.ipp.getIppVersion() if cv2.ipp.useIPP() else "IPP off"
@@ -136,8 +136,8 @@ def check_models(config: Config) -> list[Finding]:
 
 def _dlib_weights() -> bool:
     """face_recognition_models' weights are there (found without importing the package,
-    whose `__init__` needs setuptools' pkg_resources: engines/dlib_models.py)."""
-    from engines.dlib_models import model_path
+    whose `__init__` needs setuptools' pkg_resources: engines/dlib/models.py)."""
+    from engines.dlib.models import model_path
     from engines.errors import ModelNotFound
 
     try:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from engines.runtime import parse_size
-from engines.runtime_registry import RUNTIMES
-from engines.triton_servers import normalize_url, split_urls
+from engines.backends.addresses import normalize_url, split_urls
+from engines.backends.base import parse_size
+from engines.backends.registry import RUNTIMES
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
 from stream.server.guard import HEADER_TIMEOUT_S, KEEPALIVE_TIMEOUT_S, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT

@@ -30,7 +30,7 @@ def find_models(models_dir: str | None) -> dict[str, Path]:
 
 
 def cmd_triton_repo(args: argparse.Namespace) -> int:
-    from engines.triton_repo import read_spec, write_repository
+    from engines.backends.triton.repo import read_spec, write_repository
 
     repo = Path(args.dir)
     if repo.exists() and not repo.is_dir():

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engines.backends.base import RuntimeOptions
+from engines.backends.ort import available_providers, choose_providers
 from engines.catalog import locate
-from engines.ort_runtime import available_providers, choose_providers
-from engines.runtime import RuntimeOptions
 from stream.config import Config
 from stream.errors import StreamError
 from stream.job.vram_plan import SMALLER_DETECTOR, DeviceMemory, PlanRequest, VramPlan, device_memory, plan_vram

@@ -9,13 +9,13 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from engines.backends.registry import runtime_factory
 from engines.catalog import find
 from engines.errors import NoFaceError
 from engines.face import ImageBGR, Keypoints5, Landmarks68
 from engines.frame_views import FrameViews
 from engines.protocols import Enhancer, PointDetector
 from engines.registry import EngineSet, build_engines
-from engines.runtime_registry import runtime_factory
 from stream.config import Config
 from stream.job.run_plan import plan_run
 from stream.job.shared_models import exclusive, share_engines, shared
@@ -84,7 +84,7 @@ class SwapJob:
         self.notes.append(self.engines.note)
         self.engines.open()
         if cfg.enhance.enabled:  # loaded only when asked for
-            from engines.gfpgan import GfpganEnhancer
+            from engines.models.gfpgan import GfpganEnhancer
 
             model_file = find(cfg.enhance.model, cfg.models.dir)
             enhancer = GfpganEnhancer(runtimes(model_file), every=cfg.enhance.every)

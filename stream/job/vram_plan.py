@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engines.runtime import parse_size  # noqa: F401  (sizes as users write them: 1.5G, 800M)
+from engines.backends.base import parse_size  # noqa: F401  (sizes as users write them: 1.5G, 800M)
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

@@ -2,7 +2,7 @@
 then each result pasted back into its frame, region by region."""
 from __future__ import annotations
 
-from engines.occlusion import find_occluders
+from engines.classic.occlusion import find_occluders
 from engines.protocols import Enhancer, Swapper
 from stream.runtime.metrics import Metrics
 from stream.runtime.slot import Pasted, Slot

@@ -3,7 +3,7 @@ enhancer, when there is one). The crops were made by the analyse stage; the past
 the composite stage's, so this stage's model call overlaps their CPU work."""
 from __future__ import annotations
 
-from engines.occlusion import find_occluders
+from engines.classic.occlusion import find_occluders
 from engines.protocols import Enhancer, Swapper
 from stream.runtime.slot import Slot
 from stream.stages.records import PreparedFaces, SwappedFaces

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engines.runtime import InferenceRuntime
+from engines.backends.base import InferenceRuntime
 from tools.gpu_check.runtimes import PRECISIONS, make_runtime
 from tools.synth.face_models import make_arcface, make_inswapper
 from tools.synth.fan import make_fan

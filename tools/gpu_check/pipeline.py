@@ -24,8 +24,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from engines.runtime import HostAllocator, InferenceRuntime, RuntimeOptions
-from engines.runtime_registry import RUNTIMES
+from engines.backends.base import HostAllocator, InferenceRuntime, RuntimeOptions
+from engines.backends.registry import RUNTIMES
 from stream.config import load_config
 from stream.job.runs import run_video
 from stream.job.swap_job import SwapJob

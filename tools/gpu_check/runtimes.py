@@ -2,7 +2,7 @@
 
 - "torch": tools.gpu_check.torch_runtime.TorchRuntime (onnx2torch), on CUDA in a real run,
   on the CPU in a dry run where PyTorch is installed;
-- "onnxruntime": engines.ort_runtime.OrtRuntime on the CPU: the dry run's stand-in when
+- "onnxruntime": engines.backends.ort.OrtRuntime on the CPU: the dry run's stand-in when
   PyTorch is missing, and always the reference the outputs are compared with.
 
 fp16 on the torch runtime is a float16 module behind float32 I/O; on the ONNX Runtime
@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engines.runtime import HostAllocator, InferenceRuntime, RuntimeOptions
-from engines.runtime_registry import RUNTIMES, runtime_factory
+from engines.backends.base import HostAllocator, InferenceRuntime, RuntimeOptions
+from engines.backends.registry import RUNTIMES, runtime_factory
 from tools.gpu_check.torch_runtime import TorchRuntime, torch_available
 
 PRECISIONS = ("fp32", "fp16")

@@ -1,9 +1,9 @@
 """An ONNX model run by PyTorch (converted with onnx2torch), behind our inference-runtime
-protocol (engines.runtime.InferenceRuntime): the GPU check's runtime on a CUDA machine that
+protocol (engines.backends.base.InferenceRuntime): the GPU check's runtime on a CUDA machine that
 has PyTorch but neither TensorRT nor onnxruntime-gpu.
 
 It lives in tools/ because it is a measuring aid, not a runtime we ship: the check registers
-it in `engines.runtime_registry.RUNTIMES` under "torch" for the length of a run.
+it in `engines.backends.registry.RUNTIMES` under "torch" for the length of a run.
 
 Options come from `RuntimeOptions`: `device_id`, and `extra["torch"]`:
 - `device`: "cuda" (default when PyTorch sees a GPU) or "cpu";
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from engines.backends.base import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec, open_expecting
 from engines.errors import EngineError, ModelNotFound
-from engines.runtime import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec, open_expecting
 
 log = logging.getLogger(__name__)
 

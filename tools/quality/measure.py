@@ -16,10 +16,10 @@ import cv2
 import dlib  # type: ignore[import-untyped]
 import numpy as np
 
-from engines.blend import face_turn
-from engines.dlib_embedder import SAME_PERSON, DlibEmbedder
-from engines.dlib_landmarker import DlibLandmarker
+from engines.dlib.embedder import SAME_PERSON, DlibEmbedder
+from engines.dlib.landmarker import DlibLandmarker
 from engines.frame_views import FrameViews
+from engines.geometry.measures import face_turn
 from tools.quality import metrics
 from tools.quality.truth import Box, ClipTruth, FrameTruth, grow, visible
 
@@ -73,8 +73,8 @@ class Models:
         self.embedder = DlibEmbedder()
         self.arcface = None
         if arcface_path is not None:
-            from engines.arcface import ArcFaceEmbedder
-            from engines.ort_runtime import OrtRuntime
+            from engines.backends.ort import OrtRuntime
+            from engines.models.arcface import ArcFaceEmbedder
 
             self.arcface = ArcFaceEmbedder(OrtRuntime(arcface_path))
 
@@ -111,7 +111,7 @@ class FaceFigures:
     dist_after: float
     landmark_shift: float
     shift_noise: float  # FaceSample.box_noise, averaged: a shift this small is within it
-    turn: float  # engines.blend.face_turn of the input's landmarks, averaged
+    turn: float  # engines.classic.blend.face_turn of the input's landmarks, averaged
     width: float  # px, the face box's, averaged
 
 

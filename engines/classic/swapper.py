@@ -1,0 +1,590 @@
+"""The embedded default's swapper: piecewise-affine warp of the source face, then composite.
+
+`forward` (the swap stage) warps the source onto a target face's landmarks over that face's
+bounding region; `paste` (the composite stage) masks, colour-matches and blends the result
+into the frame, touching that region only. The two may run on different threads: neither
+keeps per-call state in the instance beyond counters, and every SwapResult owns its arrays.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from engines.classic.blend import (
+    FaceMasks,
+    apply_color,
+    blend_feather,
+    blend_poisson,
+    color_matrix,
+    match_detail,
+    match_lips,
+    match_shading,
+    prepare_masks,
+)
+from engines.classic.occlusion import cut_occlusion
+from engines.classic.piecewise_affine import (
+    Points,
+    SourceMesh,
+    Triangles,
+    forward_warp,
+    prepare_mesh,
+    prepare_triangulation,
+)
+from engines.errors import EngineError
+from engines.face import BROWS, OUTER_LIPS, Face, ImageBGR, Landmarks68, SwapResult
+from engines.geometry.face_align import fit_similarity
+from engines.geometry.measures import face_size, face_turn, mouth_open_ratio
+from engines.protocols import BatchSpec
+
+log = logging.getLogger(__name__)
+
+SOURCE_MARGIN = 0.25  # crop margin around the source landmarks, as a fraction of face size
+REGION_MARGIN = 0.04  # target region margin, as a fraction of face size (plus 2 px)
+MIN_FACE_PX = 4.0  # target faces with a landmark span below this are skipped
+# The source pyramid: levels 1/sqrt(2) apart, each area-averaged from the full-resolution crop,
+# down to this face size. A target samples the smallest level at least LEVEL_MARGIN times its
+# own size, so the warp's bilinear samples shrink it 1.25-1.8x: a 40 px face keeps the source's
+# detail down to its own pixels. (pyrDown's 5x5 Gaussian levels, sampled at 1-2x, left 40 px
+# faces visibly soft. On the suite's small clip, margin 1.0 / 1.25 / 1.5 gave dlib distance
+# 0.641 / 0.630 / 0.627 and flicker 1.08 / 1.10 / 1.11: more detail, more visible jitter.)
+LEVEL_STEP = float(np.sqrt(2.0))
+LEVEL_MARGIN = 1.25
+MIN_LEVEL_PX = 16.0
+MAX_LEVELS = 12
+
+# A small face is warped at k = round(SUPERSAMPLE_FACE / its size) times its size (1 to
+# MAX_SUPERSAMPLE) and area-averaged down: each pixel the mean of k x k bilinear samples, not
+# one. A single bilinear sample per pixel, from a level 1.25-1.8x the face's size, blurs and
+# aliases the few pixels a 40 px face's eyes and mouth have (quality suite, small clip:
+# distance 0.614 -> 0.605, flicker 0.98x either way); faces from about 100 px get k = 1.
+SUPERSAMPLE_FACE = 120.0
+MAX_SUPERSAMPLE = 3
+
+BLENDS = ("feather", "poisson")
+SHADING_SCALE = 0.06  # the blur (sigma) of a face's light and shade, as a fraction of its size
+SHADING_FROM = 0.3  # face_turn from which the target's shading comes in (ramping up to 1)
+LIPS_MARGIN = 0.05  # swap.keep_lips: how much wider the source's mouth must be open
+LIPS_GROW = 0.1  # the target's lips are kept grown by this share of the mouth's width
+
+
+@dataclass
+class ClassicalOptions:
+    """The classical swapper's mask, colour transfer and blend (the `swap:` config section)."""
+
+    blend: str = "feather"  # feather (alpha) | poisson (seamlessClone)
+    # Width of the soft mask edge, as a fraction of the face's size. The ramp lies inside the
+    # jaw/brow hull, so every bit of it is source features given back to the target: 0.12
+    # left the cheeks, jaw line and brows half the target's (dlib distance 0.61 -> 0.57).
+    feather: float = 0.06
+    color_transfer: bool = True  # match the source's colours to the target's skin
+    # Frames between measurements of a followed face's colour transfer (1: every frame); in
+    # between, its last matrix is applied (the skin's light changes over seconds, not
+    # frames). The faces of a frame take turns. Measuring is 0.6-0.8 ms a face on the
+    # six-face bench clip, applying 0.1-0.2 ms.
+    color_every: int = 1
+    # At most how much fine detail the pasted face keeps, against the target face's (the mean
+    # absolute Laplacian of the inner face): a sharper swap is softened to it (0: never). A
+    # source photo is sharper than most video; pasted as it is, the face stands out from the
+    # head around it and flickers more than the face it replaces (1.15-1.20x the input's frame
+    # to frame change on four of the quality clips, 1.08-1.11x matched; identity distance
+    # within 0.006).
+    detail: float = 1.0
+    # How far the warped face reaches above the brows, as a fraction of the brows-to-chin
+    # distance (0: the jaw/brow hull only). The 68 points stop at the brows, so without it the
+    # lower forehead and the brows' upper edge stay the target's.
+    forehead: float = 0.3
+    # How far the brows, the nose and the eyes' positions move towards the source's proportions
+    # (the source's landmarks fitted onto the target's by a similarity: pose kept), 0: the
+    # target's landmarks exactly. The jaw line, the mouth and the eyelids stay the target's, so
+    # expression and blinks are kept; at 0.3 dlib's landmarks on the result move by about 0.01
+    # of the distance between the eyes' centres and the identity distance drops by about 0.03.
+    shape: float = 0.3
+    # How much of the target's own light and shade (its luma blurred over SHADING_SCALE of the
+    # face's size) the swap takes, on a face turned fully sideways; from engines.classic.blend.face_turn
+    # SHADING_FROM (0.3) it ramps up to that, and a face turned less is left as it was. A
+    # source lit from the front cannot carry the side light on a turned face: without it the
+    # swap comes out flat and pale, and dlib's points on it move (quality suite, 0 -> 0.5:
+    # shift on the clips with turned faces 0.057-0.089 -> 0.053-0.080, flicker and jitter
+    # down). 0: never.
+    shading: float = 0.5
+    keep_mouth: bool = True  # keep the target's mouth interior when the mouth is open
+    mouth_open: float = 0.12  # lip gap / mouth width above which the mouth counts as open
+    # Keep the target's own lips (and what is between them) wherever the source's mouth is
+    # open wider than the target's (by LIPS_MARGIN of engines.classic.blend.mouth_open_ratio): a
+    # smiling source's teeth otherwise show between a target's closed lips, and its lips
+    # never close. Off by default: dlib's identity reads the source's mouth, and on the
+    # quality suite keeping the target's lips took a grey-source distance of 0.531 to 0.597.
+    keep_lips: bool = False
+    # The lips take the target's colour (their median chroma; the source's lip shape and
+    # shading stay), with `color_transfer`: matched to the target's skin as a whole, a grey or
+    # low-chroma source's lips came out skin-coloured on a face whose own are red.
+    lip_color: bool = True
+    # Triangles that squeeze the source hard (a turned face's far cheek) take several samples
+    # a pixel, and creases their neighbours' mean (piecewise_affine.resample_squeezed): about
+    # 60% of the warp's time on the bench clips (1.3 of 2.2 ms a face). Off (`fast`): one
+    # bilinear sample a pixel, as before it existed; a dotted line can show down a far cheek.
+    resample: bool = True
+
+    def __post_init__(self) -> None:
+        if self.blend not in BLENDS:
+            raise ValueError(f"swap.blend must be one of {', '.join(BLENDS)}, got {self.blend!r}")
+        if not 0.0 <= self.feather <= 0.5:
+            raise ValueError(f"swap.feather must be in [0, 0.5], got {self.feather}")
+        if not 0.0 <= self.shape <= 1.0:
+            raise ValueError(f"swap.shape must be in [0, 1], got {self.shape}")
+        if not 0.0 <= self.forehead <= 0.6:
+            raise ValueError(f"swap.forehead must be in [0, 0.6], got {self.forehead}")
+        if not 0.0 <= self.shading <= 1.0:
+            raise ValueError(f"swap.shading must be in [0, 1], got {self.shading}")
+        if not 0.0 <= self.detail <= 4.0:
+            raise ValueError(f"swap.detail must be in [0, 4], got {self.detail}")
+        if self.mouth_open <= 0:
+            raise ValueError(f"swap.mouth_open must be > 0, got {self.mouth_open}")
+        if isinstance(self.color_every, bool) or not isinstance(self.color_every, int) \
+                or not 1 <= self.color_every <= 30:
+            raise ValueError(f"swap.color_every must be a whole number from 1 to 30, got {self.color_every!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class SourceFace:
+    """A source face prepared once per photo.
+
+    `levels[k]` is the face at scale about 1 / sqrt(2)**k: the crop around the face (with
+    margin, edge-replicated where the photo ends), the 68 landmarks in the crop's pixels and
+    the shared triangulation. Smaller levels exist so a small target samples a pre-filtered
+    source instead of aliasing. `sizes[k]` is the face size at level k; `origin` is the
+    crop's top-left corner in the photo.
+    """
+
+    levels: tuple[SourceMesh, ...]
+    sizes: tuple[float, ...]
+    origin: tuple[int, int]
+    forehead: npt.NDArray[np.float32] = field(default_factory=lambda: np.zeros(0, np.float32))
+
+    @property
+    def image(self) -> ImageBGR:
+        """The full-resolution crop."""
+        return self.levels[0].image
+
+    @property
+    def landmarks(self) -> Landmarks68:
+        """The landmarks in the full-resolution crop's pixels."""
+        return self.levels[0].points
+
+    @property
+    def triangles(self) -> Triangles:
+        """The Delaunay triangulation of the source landmarks, as (T, 3) index triples."""
+        return self.levels[0].triangles
+
+    def level_for(self, size: float) -> int:
+        """The smallest level whose face is still at least LEVEL_MARGIN x `size` pixels (0 if
+        none is)."""
+        best = 0
+        for k, level_size in enumerate(self.sizes):
+            if level_size >= LEVEL_MARGIN * size:
+                best = k
+        return best
+
+
+@dataclass(frozen=True, eq=False)
+class ClassicalBatch:
+    """A frame's faces for the warp: the frame's shape and each face with its source."""
+
+    frame_shape: tuple[int, ...]
+    pairs: tuple[tuple[Face, SourceFace], ...]
+
+
+def _check_landmarks(landmarks: object) -> Landmarks68 | None:
+    lm = np.asarray(landmarks, dtype=np.float32)
+    if lm.shape != (68, 2) or not np.isfinite(lm).all():
+        return None
+    return lm
+
+
+def extend_forehead(landmarks: Landmarks68, reach: float | npt.NDArray[np.float32]) -> Points:
+    """The 68 landmarks plus, where `reach` > 0, ten forehead points: each brow point moved
+    up the face (chin -> brows direction, so it follows roll) by its `reach` (one for all or
+    one per brow point) x the brows-to-chin distance. Source and target are extended alike,
+    so the mesh maps forehead to forehead."""
+    reach = np.asarray(reach, np.float32)
+    if reach.size == 0 or float(reach.max()) <= 0:
+        return landmarks
+    brows = landmarks[BROWS]
+    up = brows.mean(axis=0) - landmarks[8]
+    return np.concatenate([landmarks, brows + reach.reshape(-1, 1) * up]).astype(np.float32)
+
+
+_SHAPE_POINTS = slice(17, 36)  # brows and nose: moved point by point
+_EYES = (slice(36, 42), slice(42, 48))  # each eye moved as a whole (its lids stay the target's)
+
+
+def blend_shape(target: Landmarks68, source: Landmarks68, amount: float) -> Landmarks68:
+    """The target's landmarks with the brows, nose and eye positions moved `amount` of the way
+    to the source's, after a least-squares similarity of the source's brows, nose and eyes
+    onto the target's: the target's pose stays, the source's proportions come in. Jaw and
+    mouth are untouched."""
+    if amount <= 0:
+        return target
+    linear, mu_s, mu_t = fit_similarity(source[17:48], target[17:48])
+    fitted = (source.astype(np.float64) - mu_s) @ linear + mu_t
+    out = target.astype(np.float64).copy()
+    out[_SHAPE_POINTS] += amount * (fitted[_SHAPE_POINTS] - out[_SHAPE_POINTS])
+    for eye in _EYES:
+        out[eye] += amount * (fitted[eye].mean(axis=0) - out[eye].mean(axis=0))
+    return out.astype(np.float32)
+
+
+def place_forehead(target: Landmarks68, source: Points) -> Points:
+    """The target's 68 landmarks plus the source's forehead points (those past the 68th),
+    each kept at its offset from its brow point, turned and scaled by the similarity of all
+    68 source points onto the target's. A fit over 68 points barely moves with one frame's
+    landmark noise, where a direction from two points (chin, brows) wobbles the whole band."""
+    if len(source) <= 68:
+        return target
+    linear, _, _ = fit_similarity(source[:68], target[:68])
+    offsets = (source[68:].astype(np.float64) - source[BROWS]) @ linear
+    return np.concatenate([target[:68], target[BROWS] + offsets]).astype(np.float32)
+
+
+_CHEEKS = np.array([2, 3, 13, 14, 29, 31, 35])  # a polygon of bare skin on any face
+_FOREHEAD_START = 0.04  # brows-to-chin fractions above the brow before skin is looked for
+_FOREHEAD_STEP = 0.01
+_OPEN_KERNEL = np.ones((3, 3), np.uint8)
+
+
+def _skin_tolerance(std: np.ndarray) -> np.ndarray:
+    """How far (Y, Cr, Cb) a pixel may be from the cheeks' mean and still count as skin."""
+    return np.maximum(np.array([14.0, 6.0, 6.0]), 1.5 * np.asarray(std, np.float64).ravel())
+
+
+def _clip_rect(x0: int, y0: int, x1: int, y1: int, w: int, h: int) -> tuple[int, int, int, int]:
+    return max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
+
+
+def keep_target_hair(roi: ImageBGR, landmarks: Points, masks: FaceMasks, radius: int) -> FaceMasks:
+    """The masks, narrowed above the brows to where the target shows skin (colour near its
+    cheeks'): a fringe or a hat over the target's forehead stays in front of the swap. Inside
+    the 68 points' hull nothing changes. `radius` softens the cut's edge.
+
+    Only the band the masks cover outside the 68 points' hull (the forehead) can change, so
+    the skin test, its softening and the fade are computed on that band's bounding box (plus
+    the blur's reach) and the cheeks' colour on the cheeks' box: the same masks as over the
+    whole region, at a fraction of the cost."""
+    h, w = roi.shape[:2]
+    inner = np.zeros((h, w), np.uint8)
+    cv2.fillConvexPoly(inner, cv2.convexHull(np.round(landmarks[:68]).astype(np.int32)), 255)
+    # Where either mask is set outside the hull: the only pixels this function may change.
+    outside_hull = cv2.subtract(cv2.max(masks.alpha, masks.core), inner)
+    bx, by, bw, bh = cv2.boundingRect(outside_hull)
+    if bw == 0 or bh == 0:
+        return masks
+    cheek_poly = np.round(landmarks[_CHEEKS]).astype(np.int32)
+    cx, cy, cw, ch = cv2.boundingRect(cheek_poly)
+    cx0, cy0, cx1, cy1 = _clip_rect(cx, cy, cx + cw, cy + ch, w, h)
+    if cx1 <= cx0 or cy1 <= cy0:
+        return masks
+    cheeks = np.zeros((cy1 - cy0, cx1 - cx0), np.uint8)
+    cv2.fillConvexPoly(cheeks, cheek_poly - np.array([cx0, cy0], np.int32), 255)
+    if cv2.countNonZero(cheeks) < 16:
+        return masks
+    ycc_cheeks = cv2.cvtColor(roi[cy0:cy1, cx0:cx1], cv2.COLOR_BGR2YCrCb)
+    mean, std = cv2.meanStdDev(ycc_cheeks, mask=cheeks)
+    tol = _skin_tolerance(std)
+    lo, hi = mean.ravel() - tol, mean.ravel() + tol
+
+    k = 2 * max(radius, 1) + 1
+    # The opening (3x3) and the blur reach k // 2 + 2 pixels: with that margin the band's box
+    # gets exactly the values a whole-region pass gives it.
+    pad = k // 2 + 2
+    x0, y0, x1, y1 = _clip_rect(bx - pad, by - pad, bx + bw + pad, by + bh + pad, w, h)
+    ycc = cv2.cvtColor(roi[y0:y1, x0:x1], cv2.COLOR_BGR2YCrCb)
+    keep = cv2.inRange(ycc, tuple(float(v) for v in lo), tuple(float(v) for v in hi))
+    inner_box = inner[y0:y1, x0:x1]
+    cv2.max(keep, inner_box, dst=keep)
+    keep = cv2.morphologyEx(keep, cv2.MORPH_OPEN, _OPEN_KERNEL)
+    soft = cv2.GaussianBlur(keep, (k, k), 0)
+    # Past the brows the swap fades out over the forehead band's height: the source's forehead
+    # meets the target's hairline or light as a gradient, never as a strip with an edge.
+    band = max(math.hypot(*(landmarks[68:].mean(axis=0) - landmarks[BROWS].mean(axis=0)).tolist()), 1.0)
+    outside = cv2.distanceTransform(cv2.bitwise_not(inner_box), cv2.DIST_L2, 3)
+    fade = cv2.convertScaleAbs(outside, alpha=-255.0 / band, beta=255.0)
+    cv2.min(soft, fade, dst=soft)
+    cv2.max(soft, inner_box, dst=soft)
+    alpha, core = masks.alpha.copy(), masks.core.copy()
+    sub = alpha[y0:y1, x0:x1]
+    cv2.min(sub, soft, dst=sub)
+    sub = core[y0:y1, x0:x1]
+    cv2.min(sub, keep, dst=sub)
+    return FaceMasks(alpha=alpha, core=core)
+
+
+def measure_forehead(image: ImageBGR, landmarks: Landmarks68, reach: float) -> npt.NDArray[np.float32]:
+    """How far up from each brow point the source photo shows bare skin, up to `reach`.
+
+    A fringe or a hat over the forehead would otherwise be painted onto the target as a band
+    of hair: each ray from a brow point stops at the first pixel whose colour (YCrCb) is far
+    from the cheeks'. Rays are then evened out with their neighbours.
+    """
+    if reach <= 0:
+        return np.zeros(0, np.float32)
+    ycc = cv2.cvtColor(image, cv2.COLOR_BGR2YCrCb)
+    cheeks = np.zeros(image.shape[:2], np.uint8)
+    cv2.fillConvexPoly(cheeks, np.round(landmarks[_CHEEKS]).astype(np.int32), 255)
+    if cv2.countNonZero(cheeks) < 16:
+        return np.full(10, reach, np.float32)
+    mean, std = cv2.meanStdDev(ycc, mask=cheeks)
+    tol = _skin_tolerance(std)
+    brows = landmarks[BROWS]
+    up = brows.mean(axis=0) - landmarks[8]
+    steps = np.arange(_FOREHEAD_START, reach + 1e-6, _FOREHEAD_STEP, dtype=np.float32)
+    pts = np.round(brows[:, None, :] + steps[None, :, None] * up).astype(int)  # (10, S, 2)
+    h, w = image.shape[:2]
+    inside = (pts[..., 0] >= 0) & (pts[..., 0] < w) & (pts[..., 1] >= 0) & (pts[..., 1] < h)
+    colour = ycc[np.clip(pts[..., 1], 0, h - 1), np.clip(pts[..., 0], 0, w - 1)].astype(np.float32)
+    skin = inside & (np.abs(colour - mean.ravel()) <= tol).all(axis=-1)
+    # Brows first: a ray counts from its first skin sample (the brow's own hairs are dark).
+    out = np.zeros(10, np.float32)
+    for i in range(10):
+        seen = np.flatnonzero(skin[i])
+        if seen.size == 0:
+            continue
+        first = seen[0]
+        stop = np.flatnonzero(~skin[i, first:])
+        last = first + (stop[0] if stop.size else skin.shape[1] - first) - 1
+        out[i] = steps[last] if last >= first else 0.0
+    # Neighbours agree: a lone long ray between short ones (a parting in a fringe) is cut.
+    padded = np.r_[out[0], out, out[-1]]
+    out = np.minimum(out, np.maximum(padded[:-2], padded[2:]))
+    return np.maximum(out, _FOREHEAD_START / 2).astype(np.float32)
+
+
+def _without_lips(valid: npt.NDArray[np.uint8], landmarks: Landmarks68) -> npt.NDArray[np.uint8]:
+    """`valid` (region pixels) less the target's lips (outer lip points, grown by LIPS_GROW of
+    the mouth's width): there the target's own pixels stay, behind the mask's soft edge."""
+    lips = np.zeros_like(valid)
+    cv2.fillPoly(lips, [np.round(landmarks[OUTER_LIPS]).astype(np.int32)], 255)
+    grow = int(round(LIPS_GROW * float(np.linalg.norm(landmarks[54] - landmarks[48]))))
+    if grow > 0:
+        lips = cv2.dilate(lips, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
+    return cv2.bitwise_and(valid, cv2.bitwise_not(lips))
+
+
+class ClassicalSwapper:
+    """Landmark-driven piecewise-affine face swap with colour transfer and soft/Poisson blend."""
+
+    name = "classical"
+    cuts_occluders = True  # paste leaves out a face's `occlusion` (engines.classic.occlusion.find_occluders)
+    # Steps a face's `skip` may leave out (a live run sheds them when it falls behind), the
+    # costliest a face first: the squeezed-triangle sampling, shading, lip colour, detail.
+    optional_steps = ("resample", "shading", "lip_color", "detail")
+
+    def __init__(self, config: ClassicalOptions | None = None) -> None:
+        self.config = config or ClassicalOptions()
+        self.calls = 0  # faces warped (the swap itself)
+        self.pastes = 0
+        self.skipped = 0  # faces with no usable region (off-frame, degenerate landmarks)
+
+    def open(self) -> None:
+        """Nothing to load: the classical swapper has no model file."""
+
+    def prepare_source(self, image: ImageBGR, landmarks: Landmarks68) -> SourceFace:
+        """Crop the source face with a margin, build its pyramid and its triangulation.
+
+        Raises EngineError for an image that is not HxWx3 uint8 or landmarks that are not
+        (68, 2) finite points spanning a face.
+        """
+        if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 \
+                or image.shape[2] != 3 or image.shape[0] < 2 or image.shape[1] < 2:
+            shape = getattr(image, "shape", None)
+            raise EngineError(f"source image must be HxWx3 uint8 BGR, got shape {shape}")
+        lm = _check_landmarks(landmarks)
+        if lm is None:
+            raise EngineError(
+                f"source landmarks must be (68, 2) finite points, got {np.shape(landmarks)}")
+        size = face_size(lm)
+        span = lm.max(axis=0) - lm.min(axis=0)
+        if span.min() < MIN_FACE_PX:
+            raise EngineError(f"source landmarks span only {span.min():.1f} px: no usable face")
+
+        forehead = measure_forehead(image, lm, self.config.forehead)
+        lm = extend_forehead(lm, forehead)
+        margin = SOURCE_MARGIN * size + 4
+        x0, y0 = np.floor(lm.min(axis=0) - margin).astype(int)
+        x1, y1 = np.ceil(lm.max(axis=0) + margin).astype(int) + 1
+        h, w = image.shape[:2]
+        inner = image[max(y0, 0):min(y1, h), max(x0, 0):min(x1, w)]
+        if inner.size == 0:
+            raise EngineError("source landmarks lie outside the source image")
+        # Edge-replicate where the crop leaves the photo, so every triangle has pixels.
+        crop = cv2.copyMakeBorder(
+            inner, max(-y0, 0), max(y1 - h, 0), max(-x0, 0), max(x1 - w, 0), cv2.BORDER_REPLICATE)
+        crop_lm = (lm - np.array([x0, y0], np.float32)).astype(np.float32)
+        triangles = prepare_triangulation(crop_lm)
+
+        crop = np.ascontiguousarray(crop)
+        levels = [prepare_mesh(crop, crop_lm, triangles)]
+        sizes = [size]
+        ch, cw = crop.shape[:2]
+        while len(levels) < MAX_LEVELS and size / LEVEL_STEP ** len(levels) >= MIN_LEVEL_PX:
+            scale = LEVEL_STEP ** -len(levels)
+            lw, lh = max(round(cw * scale), 2), max(round(ch * scale), 2)
+            # Area averaging keeps the detail a Gaussian pyramid blurs away. Pixel centres:
+            # x' + 0.5 = (x + 0.5) * lw / cw.
+            fx, fy = lw / cw, lh / ch
+            level_lm = ((crop_lm + 0.5) * np.array([fx, fy], np.float32) - 0.5).astype(np.float32)
+            levels.append(prepare_mesh(cv2.resize(crop, (lw, lh), interpolation=cv2.INTER_AREA),
+                                       level_lm, triangles))
+            sizes.append(face_size(level_lm[:68]))
+        log.debug("source prepared: face %.0f px, %d triangles, %d levels",
+                  size, len(triangles), len(levels))
+        return SourceFace(levels=tuple(levels), sizes=tuple(sizes), origin=(int(x0), int(y0)),
+                          forehead=forehead)
+
+    def face_region(self, frame_shape: tuple[int, ...], landmarks: Landmarks68
+                    ) -> tuple[int, int, int, int] | None:
+        """The landmarks' bounding box plus a small margin, clipped to the frame (or None)."""
+        lo, hi = landmarks.min(axis=0), landmarks.max(axis=0)
+        if (hi - lo).min() < MIN_FACE_PX:
+            return None
+        margin = 2 + REGION_MARGIN * face_size(landmarks)
+        h, w = frame_shape[:2]
+        x0 = int(max(np.floor(lo[0] - margin), 0))
+        y0 = int(max(np.floor(lo[1] - margin), 0))
+        x1 = int(min(np.ceil(hi[0] + margin) + 1, w))
+        y1 = int(min(np.ceil(hi[1] + margin) + 1, h))
+        if x1 - x0 < 2 or y1 - y0 < 2:
+            return None
+        return x0, y0, x1, y1
+
+    def forward(self, frame: ImageBGR, face: Face, source: SourceFace) -> SwapResult | None:
+        """The swap stage: warp the source onto `face`'s landmarks, over the face region only.
+
+        Returns None (and counts a skip) when the region is empty or degenerate: face
+        off-frame, collapsed or non-finite landmarks. Reads only `frame.shape`.
+        """
+        return self._warp(frame.shape, face, source)
+
+    def _warp(self, frame_shape: tuple[int, ...], face: Face, source: SourceFace) -> SwapResult | None:
+        lm = _check_landmarks(face.landmarks)
+        points = None if lm is None else place_forehead(
+            blend_shape(lm, source.landmarks[:68], self.config.shape), source.landmarks)
+        region = None if points is None else self.face_region(frame_shape, points)
+        if lm is None or points is None or region is None:
+            self.skipped += 1
+            return None
+        x0, y0, x1, y1 = region
+        size = face_size(lm)
+        resample = self.config.resample and "resample" not in face.skip
+        k = int(min(max(round(SUPERSAMPLE_FACE / size), 1), MAX_SUPERSAMPLE))
+        level = source.level_for(k * size)
+        origin = np.array([x0, y0], np.float32)
+        if k == 1:
+            patch, valid = forward_warp(source.levels[level], points - origin, (x1 - x0, y1 - y0),
+                                        squeezed=resample)
+        else:
+            # Pixel centres: x + 0.5 in the region is k (x + 0.5) in the k-times larger one.
+            big, big_valid = forward_warp(source.levels[level], (points - origin + 0.5) * k - 0.5,
+                                          ((x1 - x0) * k, (y1 - y0) * k),
+                                          squeezed=resample)
+            cover = cv2.resize(big_valid, (x1 - x0, y1 - y0), interpolation=cv2.INTER_AREA)
+            # The mean of the covered samples only (the others are black): no dark rim at the
+            # warp's edge. A pixel counts as covered where most of its samples are.
+            mean = cv2.resize(big, (x1 - x0, y1 - y0), interpolation=cv2.INTER_AREA).astype(np.float32)
+            mean *= (255.0 / np.maximum(cover, 1).astype(np.float32))[..., None]
+            patch = np.clip(mean + 0.5, 0, 255).astype(np.uint8)
+            valid = cv2.threshold(cover, 127, 255, cv2.THRESH_BINARY)[1]
+        if self.config.keep_lips and \
+                mouth_open_ratio(source.landmarks[:68]) - mouth_open_ratio(lm) >= LIPS_MARGIN:
+            valid = _without_lips(valid, lm - origin)
+        if cv2.countNonZero(valid) == 0:
+            self.skipped += 1
+            return None
+        self.calls += 1
+        return SwapResult(region=region, patch=patch, valid=valid)
+
+    def forward_many(self, frame: ImageBGR, faces: Sequence[Face],
+                     sources: Sequence[SourceFace]) -> list[SwapResult | None]:
+        """`forward` for each face of one frame (the warp has nothing to batch)."""
+        return [self.forward(frame, face, source) for face, source in zip(faces, sources)]
+
+    # The three phases (engines.protocols.Swapper): there is no model, so nothing is staged in
+    # buffers; the warp stays in the middle phase (the swap stage, as with `forward`) and the
+    # mask, colour transfer and blend stay in `paste` (the composite stage).
+
+    def batch_spec(self, max_faces: int) -> BatchSpec:
+        """No buffers: the warp writes each face's own patch."""
+        return BatchSpec()
+
+    def prepare_batch(self, frame: ImageBGR, faces: Sequence[Face], sources: Sequence[SourceFace],
+                      inputs: Mapping[str, np.ndarray]) -> ClassicalBatch:
+        """Only what the warp needs later: the frame's size and each face with its source."""
+        if len(faces) != len(sources):
+            raise ValueError(f"{len(faces)} faces but {len(sources)} sources")
+        return ClassicalBatch(frame.shape, tuple(zip(faces, sources)))
+
+    def forward_batch(self, batch: ClassicalBatch, inputs: Mapping[str, np.ndarray],
+                      outputs: Mapping[str, np.ndarray]) -> list[SwapResult | None]:
+        """The warp of each face (what `forward_many` does)."""
+        return [self._warp(batch.frame_shape, face, source) for face, source in batch.pairs]
+
+    def finish_batch(self, frame: ImageBGR, batch: ClassicalBatch,
+                     swapped: list[SwapResult | None]) -> list[SwapResult | None]:
+        """The warps are the results: blending is `paste`'s."""
+        return list(swapped)
+
+    def _color(self, face: Face, patch: ImageBGR, roi: ImageBGR, core: np.ndarray) -> np.ndarray | None:
+        """The face's colour transfer matrix: measured, or on a followed face between its
+        measurements (swap.color_every) the one last measured, kept in its track's memo."""
+        every, memo = self.config.color_every, face.memo
+        if every <= 1 or memo is None:
+            return color_matrix(patch, roi, core)
+        # Counted from the track's id, so the faces of a frame take turns.
+        n = memo.get("color_n", face.track_id % every)
+        memo["color_n"] = n + 1
+        if n % every == 0 or "color" not in memo:
+            memo["color"] = color_matrix(patch, roi, core)
+        return memo["color"]
+
+    def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
+        """The composite stage: mask, colour transfer, blend, in place in `result.region` only."""
+        x0, y0 = result.region[:2]
+        roi = result.region_of(frame)
+        cfg = self.config
+        # The mask's outline reaches past the warped forehead (the warp's own edge, `valid`,
+        # bounds it there), so the forehead's edge is the warp's, steady from frame to frame.
+        lm = extend_forehead(np.asarray(face.landmarks, np.float32), 1.5 * cfg.forehead) \
+            - np.array([x0, y0], np.float32)
+        masks = prepare_masks(lm, result.valid, cfg.feather, cfg.keep_mouth, cfg.mouth_open)
+        size = face_size(lm[:68])
+        edge = int(round(cfg.feather * size / 2))  # the soft edge of a cut
+        if len(lm) > 68:
+            masks = keep_target_hair(roi, lm, masks, edge)
+        if face.occlusion is not None:
+            # Something in front of the face (found where the swap is pasted): it stays in
+            # front, and the colour statistics leave it out.
+            masks = cut_occlusion(masks, face.occlusion, (x0, y0), edge)
+        patch = result.patch
+        skip = face.skip
+        if cfg.color_transfer:
+            matrix = self._color(face, patch, roi, masks.core)
+            if matrix is not None:
+                patch = apply_color(patch, matrix)
+            if cfg.lip_color and "lip_color" not in skip:
+                patch = match_lips(patch, roi, lm[:68], masks.alpha, masks.core)
+        if "shading" not in skip:
+            # A face turned less than SHADING_FROM gets weight 0: match_shading leaves it as it is.
+            shading = cfg.shading * max(face_turn(lm[:68]) - SHADING_FROM, 0.0) / (1.0 - SHADING_FROM)
+            patch = match_shading(patch, roi, masks.core, SHADING_SCALE * size, shading)
+        if "detail" not in skip:
+            patch = match_detail(patch, roi, masks.core, cfg.detail)
+        if cfg.blend == "poisson":
+            blend_poisson(roi, patch, masks)
+        else:
+            blend_feather(roi, patch, masks.alpha)
+        self.pastes += 1

@@ -1,0 +1,92 @@
+"""The standard neural set behind the pipeline's protocols: SCRFD, 2dfan4, ArcFace, inswapper.
+
+Adapters only: each model class keeps its own pre/post-processing (scrfd.py, arcface.py,
+inswapper.py, fan.py); these give them the shapes the tracker and stages use.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, SwapResult
+from engines.frame_views import FrameViews
+from engines.models.arcface import ArcFaceEmbedder
+from engines.models.inswapper import InSwapBatch, InSwapper
+from engines.models.scrfd import ScrfdDetector
+from engines.protocols import BatchSpec
+
+
+class ScrfdFaces:
+    """SCRFD as a `Detector`: boxes and scores in frame pixels."""
+
+    name = "scrfd"
+
+    def __init__(self, detector: ScrfdDetector) -> None:
+        self.detector = detector
+
+    @property
+    def calls(self) -> int:
+        return self.detector.calls
+
+    def open(self) -> None:
+        self.detector.open()
+
+    def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
+        return [(box, score) for box, score, _ in self.forward_points(frame)]
+
+    def forward_points(self, frame: FrameViews) -> list[tuple[Box, float, Keypoints5]]:
+        """Boxes, scores and SCRFD's own five points, in its order (score, descending)."""
+        dets, kps = self.detector.forward(frame.bgr)
+        return [((float(d[0]), float(d[1]), float(d[2]), float(d[3])), float(d[4]), k.astype(np.float32))
+                for d, k in zip(dets, kps)]
+
+
+class InSwapperSwapper:
+    """inswapper_128 as a `Swapper`. A source face is prepared once: its ArcFace embedding
+    and then its latent (embedding @ emap), which every frame reuses."""
+
+    name = "inswapper"
+
+    def __init__(self, swapper: InSwapper, embedder: ArcFaceEmbedder) -> None:
+        self.swapper = swapper
+        self.embedder = embedder
+
+    @property
+    def calls(self) -> int:
+        return self.swapper.calls
+
+    def open(self) -> None:
+        self.swapper.open()
+        self.embedder.open()
+
+    def prepare_source(self, image: ImageBGR, landmarks: Landmarks68) -> np.ndarray:
+        return self.swapper.prepare_source(self.embedder.forward(image, landmarks))
+
+    def forward(self, frame: ImageBGR, face: Face, source: object) -> SwapResult | None:
+        return self.swapper.forward(frame, face, source)  # type: ignore[arg-type]
+
+    def forward_many(self, frame: ImageBGR, faces: Sequence[Face],
+                     sources: Sequence[object]) -> list[SwapResult | None]:
+        """All faces of a frame in one model call where the export takes a batch."""
+        return self.swapper.forward_many(frame, list(faces), list(sources))  # type: ignore[arg-type]
+
+    def batch_spec(self, max_faces: int) -> BatchSpec:
+        return self.swapper.batch_spec(max_faces)
+
+    def prepare_batch(self, frame: ImageBGR, faces: Sequence[Face], sources: Sequence[object],
+                      inputs: Mapping[str, np.ndarray]) -> InSwapBatch:
+        """The faces' aligned crops and latents, into the batch buffers (CPU)."""
+        return self.swapper.prepare_batch(frame, list(faces), list(sources), inputs)  # type: ignore[arg-type]
+
+    def forward_batch(self, batch: InSwapBatch, inputs: Mapping[str, np.ndarray],
+                      outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """inswapper on the frame's faces: one model call where the export takes a batch."""
+        return self.swapper.forward_batch(batch, inputs, outputs)
+
+    def finish_batch(self, frame: ImageBGR, batch: InSwapBatch, swapped: np.ndarray) -> list[SwapResult | None]:
+        """The swapped crops decoded and blended into copies of their regions (CPU)."""
+        return self.swapper.finish_batch(frame, batch, swapped)
+
+    def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
+        self.swapper.paste(frame, face, result)

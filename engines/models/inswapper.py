@@ -1,0 +1,390 @@
+"""inswapper_128 (fp32 and fp16 exports): the source identity painted onto a 128 target crop.
+
+Pre- and post-processing follow insightface's `INSwapper` exactly (crop aligned to
+arcface_128, RGB in [0,1]; latent = normalised embedding @ emap, normalised again; output
+scaled by 255, clipped and truncated to uint8). The paste-back builds the same soft mask as
+insightface's (threshold, erode and blur in proportion to the face's size) but only on the
+face's bounding region: the region is the warped crop's footprint plus the blur's reach, so
+every pixel insightface's full-frame version changes lies inside it. There it is within
+`region_warp.BOUND` grey levels of insightface's paste on any CPU (exact where this CPU's
+OpenCV allows). With `full_frame_paste` (the reference mode) the paste-back runs as
+insightface runs it, over the whole frame: exact on every CPU, at a full-frame cost per face.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from engines.backends.base import InferenceRuntime, TensorSpec
+from engines.backends.bound_outputs import BindsOutputs
+from engines.errors import EngineError
+from engines.face import Face, ImageBGR, SwapResult
+from engines.geometry.face_align import Affine, as_kps5, estimate_norm, warp_crop
+from engines.geometry.region_warp import warp_affine_region
+from engines.models.paste import paste_region, prepare_paste_mask, rects_meet, white_square
+from engines.protocols import BatchSpec
+
+log = logging.getLogger(__name__)
+
+Latent: TypeAlias = npt.NDArray[np.float32]  # (1, 512)
+Blob: TypeAlias = npt.NDArray[np.float32]  # (N, 3, 128, 128), RGB in [0, 1]
+
+CROP_SIZE = 128
+LATENT_DIM = 512
+TEMPLATE = "arcface_128"
+TARGET, SOURCE, OUTPUT = "target", "source", "output"
+
+
+@dataclass(frozen=True, eq=False)
+class InSwapBatch:
+    """A frame's faces prepared for the model: rows 0..count-1 of the batch buffers hold their
+    target blobs and latents; `affines` are their frame->crop matrices, for the paste-back;
+    `latents` their source latents (a face whose crop an earlier face's paste changed is
+    swapped again from the frame as it then stands)."""
+
+    affines: tuple[Affine, ...]
+    latents: tuple[Latent, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.affines)
+
+
+def _dims_match(spec: TensorSpec, dims: tuple[int, ...]) -> bool:
+    """Shape [N, *dims] with N fixed at 1 or dynamic, and a float type."""
+    return (spec.dtype in ("tensor(float)", "tensor(float16)") and len(spec.shape) == len(dims) + 1
+            and spec.shape[0] in (1, None) and tuple(spec.shape[1:]) == dims)
+
+
+class InSwapper:
+    """inswapper_128 behind the swapper role: target crop + source latent in, swapped crop out."""
+
+    name = "inswapper"
+
+    def __init__(self, runtime: InferenceRuntime, recrop_after_paste: bool = False,
+                 full_frame_paste: bool = False) -> None:
+        self.path = runtime.path
+        self.runtime = runtime
+        # insightface's loop crops each face from the frame the faces before it left: a face
+        # whose crop an earlier paste changed is swapped again from there (one more call).
+        self.recrop_after_paste = recrop_after_paste
+        # Warp, erode and blur over the whole frame, as insightface does: the same OpenCV
+        # calls on the same arrays, so the same pixels whatever the CPU dispatches to.
+        self.full_frame_paste = full_frame_paste
+        self.emap: npt.NDArray[np.float32] = np.zeros((0, 0), np.float32)
+        self.batch: int | None = 1  # None when the export takes any batch size
+        self._dtypes: dict[str, type[np.floating]] = {TARGET: np.float32, SOURCE: np.float32, OUTPUT: np.float32}
+
+    @property
+    def calls(self) -> int:
+        """Model invocations so far (a batched call counts once)."""
+        return self.runtime.calls
+
+    def open(self) -> None:
+        """Load the model, check its I/O and read `emap` (the graph's last initializer)."""
+        if self.runtime.is_open:
+            return
+        self.runtime.open_expecting("an inswapper_128 ONNX file")
+        ins = {i.name: i for i in self.runtime.inputs}
+        outs = {o.name: o for o in self.runtime.outputs}
+        ok = (len(ins) == 2 and len(outs) == 1
+              and TARGET in ins and _dims_match(ins[TARGET], (3, CROP_SIZE, CROP_SIZE))
+              and SOURCE in ins and _dims_match(ins[SOURCE], (LATENT_DIM,))
+              and OUTPUT in outs and _dims_match(outs[OUTPUT], (3, CROP_SIZE, CROP_SIZE)))
+        if not ok:
+            self.runtime.close()
+            found = (f"inputs {[(i.name, list(i.shape)) for i in self.runtime.inputs]}, "
+                     f"outputs {[(o.name, list(o.shape)) for o in self.runtime.outputs]}")
+            raise EngineError(
+                f"model file {str(self.path)!r} is not an inswapper_128 model: expected inputs "
+                f"target [1,3,{CROP_SIZE},{CROP_SIZE}] and source [1,{LATENT_DIM}] and output "
+                f"output [1,3,{CROP_SIZE},{CROP_SIZE}], found {found}")
+        self.emap = self._read_emap()
+        dynamic = ins[TARGET].shape[0] is None and ins[SOURCE].shape[0] is None
+        self.batch = None if dynamic else 1
+        # The fp16 export keeps float32 I/O; a pure-fp16 one gets its feeds cast.
+        specs = {**ins, **outs}
+        self._dtypes = {name: np.float16 if specs[name].dtype == "tensor(float16)" else np.float32
+                        for name in (TARGET, SOURCE, OUTPUT)}
+        log.info("%s: inswapper, batch %s", self.path.name, "dynamic" if self.batch is None else self.batch)
+
+    def _read_emap(self) -> npt.NDArray[np.float32]:
+        import onnx
+        from onnx import numpy_helper
+
+        try:
+            model = onnx.load(str(self.path))
+            emap = numpy_helper.to_array(model.graph.initializer[-1])
+        except Exception as exc:  # a protobuf or external-data failure: one line for the user
+            self.runtime.close()
+            raise EngineError(f"model file {str(self.path)!r}: cannot read emap ({exc})") from exc
+        del model  # the weights are in the session already; only emap is kept
+        if emap.shape != (LATENT_DIM, LATENT_DIM):
+            self.runtime.close()
+            raise EngineError(f"model file {str(self.path)!r}: expected the last initializer (emap) to be "
+                              f"{LATENT_DIM}x{LATENT_DIM}, found shape {list(emap.shape)}")
+        # float16 in an fp16 export: numpy upcasts it to float32 in insightface's dot anyway.
+        return np.ascontiguousarray(emap, dtype=np.float32)
+
+    # ---- source: once per source face ----
+
+    def prepare_source(self, embedding: npt.NDArray[np.floating]) -> Latent:
+        """The model's `source` input for a raw ArcFace embedding: (1, 512) float32.
+
+        Depends on the source face only: compute it once per source and cache it.
+        """
+        if not self.runtime.is_open:
+            self.open()
+        emb = np.asarray(embedding, dtype=np.float32).ravel()
+        if emb.shape != (LATENT_DIM,):
+            raise ValueError(f"expected a {LATENT_DIM}-d embedding, got shape {emb.shape}")
+        latent = (emb / np.linalg.norm(emb)).reshape((1, -1))
+        latent = np.dot(latent, self.emap)
+        latent /= np.linalg.norm(latent)
+        return latent
+
+    # ---- per frame ----
+
+    def prepare_crop(self, frame_bgr: ImageBGR,
+                     kps5: npt.NDArray[np.floating] | Face) -> tuple[Blob, Affine]:
+        """The `target` blob (1, 3, 128, 128), RGB in [0,1], and the frame->crop matrix M."""
+        blob = np.empty((1, 3, CROP_SIZE, CROP_SIZE), np.float32)
+        return blob, self.prepare_crop_into(frame_bgr, kps5, blob[0])
+
+    @staticmethod
+    def prepare_crop_into(frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
+                          row: npt.NDArray[np.floating]) -> Affine:
+        """Write one face's `target` blob into `row` (3, 128, 128) in place; returns M."""
+        M = estimate_norm(as_kps5(kps5), CROP_SIZE, TEMPLATE)
+        crop = warp_crop(frame_bgr, M, CROP_SIZE)
+        # insightface's cv2.dnn.blobFromImage(crop, 1/255, swapRB=True), without a new array:
+        # a float32 product with float32(1/255) is bit-identical to it for every uint8 value.
+        np.multiply(crop[:, :, ::-1].transpose(2, 0, 1), np.float32(1.0 / 255.0), out=row,
+                    dtype=np.float32, casting="unsafe")
+        return M
+
+    def forward_blob(self, blob: Blob, latent: Latent) -> npt.NDArray[np.floating]:
+        """Run the model: `output` (N, 3, 128, 128) for N target blobs and N (or 1) latents."""
+        if not self.runtime.is_open:
+            self.open()
+        n = blob.shape[0]
+        if latent.shape[0] != n:
+            latent = np.repeat(latent.reshape(1, -1), n, axis=0)
+        tgt = np.ascontiguousarray(blob, dtype=self._dtypes[TARGET])
+        src = np.ascontiguousarray(latent, dtype=self._dtypes[SOURCE])
+        if self.batch is None or n == 1:
+            return self.runtime.run({TARGET: tgt, SOURCE: src}, [OUTPUT])[OUTPUT]
+        # The published export is batch-1: one run per face.
+        return np.concatenate([self.runtime.run({TARGET: tgt[i:i + 1], SOURCE: src[i:i + 1]}, [OUTPUT])[OUTPUT]
+                               for i in range(n)])
+
+    @staticmethod
+    def decode_output(pred: npt.NDArray[np.floating]) -> list[ImageBGR]:
+        """Model output to 128x128 BGR uint8 crops: x 255, clip, truncate (as insightface)."""
+        out = []
+        for one in pred:
+            rgb = one.transpose((1, 2, 0))
+            out.append(np.ascontiguousarray(np.clip(255 * rgb, 0, 255).astype(np.uint8)[:, :, ::-1]))
+        return out
+
+    def forward_crop(self, frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
+                     latent: Latent) -> tuple[ImageBGR, Affine]:
+        """The swapped 128x128 BGR crop and M: insightface's `get(..., paste_back=False)`."""
+        blob, M = self.prepare_crop(frame_bgr, kps5)
+        return self.decode_output(self.forward_blob(blob, latent))[0], M
+
+    def forward(self, frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
+                latent: Latent) -> SwapResult | None:
+        """Swap one face: the blended face region of the frame (the frame is not modified).
+
+        `kps5` is the five alignment points (5, 2), or 68 landmarks (68, 2), or a `Face`.
+        None when the face's crop does not overlap the frame.
+        """
+        crop, M = self.forward_crop(frame_bgr, kps5, latent)
+        return self.blend_crop(frame_bgr, crop, M)
+
+    def forward_many(self, frame_bgr: ImageBGR, kps5_list: Sequence[npt.NDArray[np.floating] | Face],
+                     latents: Sequence[Latent]) -> list[SwapResult | None]:
+        """Swap several faces of one frame; one model call when the export allows batches.
+
+        The faces are composited in order, as insightface's per-frame loop pastes them: each
+        result is blended onto the frame as it stands after the results before it, so pasting
+        the results in order gives that loop's frame (see `finish_batch`).
+        """
+        if len(kps5_list) != len(latents):
+            raise ValueError(f"{len(kps5_list)} faces but {len(latents)} latents")
+        if not kps5_list:
+            return []
+        spec = self.batch_spec(len(kps5_list))
+        inputs = {name: np.empty(shape, dtype) for name, (shape, dtype) in spec.inputs.items()}
+        batch = self.prepare_batch(frame_bgr, kps5_list, latents, inputs)
+        return self.finish_batch(frame_bgr, batch, self.forward_batch(batch, inputs, {}))
+
+    # ---- per frame, in three phases (prepare, forward, finish: see engines.protocols.Swapper) ----
+
+    def batch_spec(self, max_faces: int) -> BatchSpec:
+        """Batch buffers for up to `max_faces` faces: target blobs and latents in, output out,
+        in the model's own I/O types."""
+        if not self.runtime.is_open:
+            self.open()
+        rows = max(1, max_faces)
+        crop = (rows, 3, CROP_SIZE, CROP_SIZE)
+        return BatchSpec(inputs={TARGET: (crop, np.dtype(self._dtypes[TARGET])),
+                                 SOURCE: ((rows, LATENT_DIM), np.dtype(self._dtypes[SOURCE]))},
+                         outputs={OUTPUT: (crop, np.dtype(self._dtypes[OUTPUT]))})
+
+    def prepare_batch(self, frame_bgr: ImageBGR, kps5_list: Sequence[npt.NDArray[np.floating] | Face],
+                      latents: Sequence[Latent], inputs: Mapping[str, np.ndarray]) -> InSwapBatch:
+        """Each face's target blob and latent written into row i of `inputs` (the CPU half
+        before the model); the frame is only read."""
+        if len(kps5_list) != len(latents):
+            raise ValueError(f"{len(kps5_list)} faces but {len(latents)} latents")
+        tgt, src = inputs[TARGET], inputs[SOURCE]
+        if len(kps5_list) > min(tgt.shape[0], src.shape[0]):
+            raise ValueError(f"{len(kps5_list)} faces but the batch buffers hold {min(tgt.shape[0], src.shape[0])}")
+        affines = []
+        for i, (kps5, latent) in enumerate(zip(kps5_list, latents)):
+            affines.append(self.prepare_crop_into(frame_bgr, kps5, tgt[i]))
+            src[i] = np.asarray(latent, np.float32).reshape(-1)
+        return InSwapBatch(tuple(affines), tuple(latents))
+
+    def forward_batch(self, batch: InSwapBatch, inputs: Mapping[str, np.ndarray],
+                      outputs: Mapping[str, np.ndarray]) -> npt.NDArray[np.floating]:
+        """The model on the prepared rows: one call for the batch (one per face for a batch-1
+        export). The output is written into `outputs[OUTPUT]` where the runtime can write
+        there (engines.backends.bound_outputs), else it is the runtime's own array."""
+        n = batch.count
+        if n == 0:
+            return np.empty((0, 3, CROP_SIZE, CROP_SIZE), np.float32)
+        if not self.runtime.is_open:
+            self.open()
+        tgt, src = inputs[TARGET][:n], inputs[SOURCE][:n]
+        out = outputs[OUTPUT][:n] if OUTPUT in outputs else None
+        if self.batch is None or n == 1:
+            return self._run(tgt, src, out)
+        # The published export is batch-1: one run per face.
+        views = [None if out is None else out[i:i + 1] for i in range(n)]
+        parts = [self._run(tgt[i:i + 1], src[i:i + 1], view) for i, view in enumerate(views)]
+        if out is not None and all(p is v for p, v in zip(parts, views)):
+            return out
+        return np.concatenate(parts)
+
+    def _run(self, tgt: Blob, src: Latent, out: np.ndarray | None) -> npt.NDArray[np.floating]:
+        feeds = {TARGET: tgt, SOURCE: src}
+        if out is not None and isinstance(self.runtime, BindsOutputs):
+            return self.runtime.run_into(feeds, {OUTPUT: out})[OUTPUT]
+        return self.runtime.run(feeds, [OUTPUT])[OUTPUT]
+
+    def finish_batch(self, frame_bgr: ImageBGR, batch: InSwapBatch,
+                     pred: npt.NDArray[np.floating]) -> list[SwapResult | None]:
+        """Decode each face's output and composite the faces in order (the CPU half after the
+        model); `frame_bgr` is only read.
+
+        Face k is blended onto the frame as it stands after faces 0..k-1 (insightface's loop
+        `res = swapper.get(res, face, source)`), so a later face's soft mask edge never puts
+        original pixels back over an earlier swap: pasting the results in order composites
+        them one after another. Every face's swap comes from the batched call, made on crops
+        of the unmodified frame; with `recrop_after_paste`, a face whose crop an earlier paste
+        changed is swapped again from the frame as it then stands (one more model call for
+        that face), so the frame equals insightface's loop exactly. With `full_frame_paste`
+        every face after the first is blended onto the running frame, met or not: no pixel
+        of the result then rests on the region bound.
+        """
+        crops = self.decode_output(pred[:batch.count])
+        results: list[SwapResult | None] = []
+        running: ImageBGR | None = None  # the frame with the results so far pasted, once two meet
+        for k, (crop, M) in enumerate(zip(crops, batch.affines)):
+            region = self.prepare_region(frame_bgr.shape, M)
+            earlier = [r for r in results if r is not None]
+            meets = self.full_frame_paste or (region is not None and any(rects_meet(region, r.region) for r in earlier))
+            if running is None and earlier and meets:
+                running = frame_bgr.copy()
+                for r in earlier:
+                    r.paste_into(running)
+            if running is not None and self.recrop_after_paste and k < len(batch.latents):
+                crop = self._swap_again_if_changed(frame_bgr, running, crop, M, batch.latents[k])
+            result = self.blend_crop(frame_bgr if running is None else running, crop, M)
+            if result is not None and running is not None:
+                result.paste_into(running)
+            results.append(result)
+        return results
+
+    def _swap_again_if_changed(self, frame_bgr: ImageBGR, running: ImageBGR, crop: ImageBGR, M: Affine,
+                               latent: Latent) -> ImageBGR:
+        """`crop`, or the face swapped again when its input crop from the running frame differs
+        from the one the batch was made from."""
+        now = warp_crop(running, M, CROP_SIZE)
+        if np.array_equal(now, warp_crop(frame_bgr, M, CROP_SIZE)):
+            return crop
+        blob = np.empty((1, 3, CROP_SIZE, CROP_SIZE), np.float32)
+        np.multiply(now[:, :, ::-1].transpose(2, 0, 1), np.float32(1.0 / 255.0), out=blob[0],
+                    dtype=np.float32, casting="unsafe")
+        return self.decode_output(self.forward_blob(blob, latent))[0]
+
+    # ---- paste-back, on the face's region only ----
+
+    @staticmethod
+    def prepare_region(frame_shape: tuple[int, ...], M: Affine) -> tuple[int, int, int, int] | None:
+        """The frame rectangle (x0, y0, x1, y1) that insightface's paste-back of a 128 px crop
+        can change (`engines.models.paste.paste_region`)."""
+        return paste_region(frame_shape, M, CROP_SIZE)
+
+    def blend_crop(self, frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine) -> SwapResult | None:
+        """Blend a swapped crop into a copy of the face's region, with insightface's soft mask.
+
+        Returns the region, the blended region (`patch`) and `valid` (255 where the blend
+        weight is non-zero, the only pixels where `patch` may differ from the frame).
+        """
+        if self.full_frame_paste:
+            return self._blend_full_frame(frame_bgr, crop_bgr, M)
+        region = self.prepare_region(frame_bgr.shape, M)
+        if region is None:
+            return None
+        x0, y0, x1, y1 = region
+        rw, rh = x1 - x0, y1 - y0
+        IM = cv2.invertAffineTransform(M)
+        # The full-frame warp's own sample coordinates, for the region's pixels only: the
+        # result equals insightface's full-frame paste restricted to the region.
+        fake, white = warp_affine_region(IM, region, [(crop_bgr, 0.0), (white_square(CROP_SIZE), 0.0)])
+        mask = prepare_paste_mask(white)
+        if mask is None:
+            return None  # the crop only grazes the frame: nothing insightface would keep
+        alpha = mask.reshape(rh, rw, 1)
+        roi = frame_bgr[y0:y1, x0:x1]
+        patch = (alpha * fake + (1 - alpha) * roi.astype(np.float32)).astype(np.uint8)
+        valid = np.where(mask > 0, np.uint8(255), np.uint8(0))
+        return SwapResult(region=region, patch=patch, valid=valid)
+
+    @staticmethod
+    def _blend_full_frame(frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine) -> SwapResult | None:
+        """insightface's paste-back as its `INSwapper.get` runs it: the crop and a white square
+        warped into the whole frame, the mask thresholded, eroded and blurred there, then
+        blended. The result is cut to the pixels the mask weighs (its bounding box): the
+        blend leaves every other pixel exactly as it was."""
+        h, w = frame_bgr.shape[:2]
+        IM = cv2.invertAffineTransform(M)
+        fake = cv2.warpAffine(crop_bgr, IM, (w, h), borderValue=0.0)
+        mask = prepare_paste_mask(cv2.warpAffine(white_square(CROP_SIZE), IM, (w, h), borderValue=0.0))
+        if mask is None:
+            return None
+        weighed = mask > 0
+        rows, cols = np.flatnonzero(weighed.any(axis=1)), np.flatnonzero(weighed.any(axis=0))
+        if rows.size == 0:
+            return None
+        x0, y0, x1, y1 = int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1
+        alpha = mask[y0:y1, x0:x1, None]
+        # Elementwise, so computing it on the box gives the full frame's values there.
+        patch = (alpha * fake[y0:y1, x0:x1] + (1 - alpha) * frame_bgr[y0:y1, x0:x1].astype(np.float32)
+                 ).astype(np.uint8)
+        valid = np.where(weighed[y0:y1, x0:x1], np.uint8(255), np.uint8(0))
+        return SwapResult(region=(x0, y0, x1, y1), patch=patch, valid=valid)
+
+    def paste(self, frame: ImageBGR, face: Face | None, result: SwapResult) -> None:
+        """Write `result` into `frame` in place, inside `result.region` only (where valid)."""
+        result.paste_into(frame)
