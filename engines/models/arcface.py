@@ -19,6 +19,7 @@ from engines.backends.base import InferenceRuntime, TensorSpec
 from engines.errors import EngineError
 from engines.face import ImageBGR
 from engines.geometry.face_align import as_kps5, estimate_norm, warp_crop
+from engines.models.base import OnnxModel
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def graph_normalizes_input(path: str | os.PathLike[str]) -> bool:
     return has_sub and has_mul
 
 
-class ArcFaceEmbedder:
+class ArcFaceEmbedder(OnnxModel):
     """ArcFace behind the embedder protocol: image + five keypoints in, raw 512-d embedding out."""
 
     name = "arcface"
@@ -60,7 +61,7 @@ class ArcFaceEmbedder:
 
     def __init__(self, runtime: InferenceRuntime) -> None:
         self.path = runtime.path
-        self.runtime = runtime
+        super().__init__(runtime)
         self.input_name = ""
         self.output_name = ""
         self.input_mean = 127.5
@@ -68,16 +69,10 @@ class ArcFaceEmbedder:
         self.batch: int | None = None  # the model's fixed batch size, None when dynamic
         self._dtype: type[np.floating] = np.float32
 
-    @property
-    def calls(self) -> int:
-        """Model invocations so far (a batched call counts once)."""
-        return self.runtime.calls
-
     def open(self) -> None:
         """Load the model and check its I/O: one input [N,3,112,112], one output [N,512]."""
-        if self.runtime.is_open:
+        if not self.open_runtime("an ArcFace embedder ONNX file"):
             return
-        self.runtime.open_expecting("an ArcFace embedder ONNX file")
         ins, outs = self.runtime.inputs, self.runtime.outputs
         expected = f"one float input [N,3,{INPUT_SIZE},{INPUT_SIZE}] and one output [N,{EMBEDDING_DIM}]"
         found = (f"inputs {[(i.name, list(i.shape)) for i in ins]}, "

@@ -29,6 +29,7 @@ from engines.errors import EngineError
 from engines.face import Face, ImageBGR, SwapResult
 from engines.geometry.face_align import Affine, as_kps5, estimate_norm, warp_crop
 from engines.geometry.region_warp import warp_affine_region
+from engines.models.base import OnnxModel
 from engines.models.inswapper import CROP_SIZE as SWAP_CROP_SIZE
 from engines.models.paste import paste_region, prepare_paste_mask, white_square
 
@@ -57,7 +58,7 @@ class _TrackCache:
     crop: ImageBGR | None = None  # the last enhanced 512 crop (BGR)
 
 
-class GfpganEnhancer:
+class GfpganEnhancer(OnnxModel):
     """GFPGAN 1.4 behind the enhancer role: a face in, its restored face region out.
 
     `every` = k > 1 runs the model on the 1st, (k+1)th, (2k+1)th ... call for each track
@@ -73,15 +74,10 @@ class GfpganEnhancer:
             raise ValueError(f"enhancer cadence 'every' must be a whole number >= 1, got {every!r}")
         self.path = runtime.path
         self.every = every
-        self.runtime = runtime
+        super().__init__(runtime)
         self.reused = 0  # re-pastes of a cached crop (calls that skipped the model)
         self._dtype: type[np.floating] = np.float32
         self._tracks: OrderedDict[int, _TrackCache] = OrderedDict()
-
-    @property
-    def calls(self) -> int:
-        """Model invocations so far."""
-        return self.runtime.calls
 
     @property
     def loaded(self) -> bool:
@@ -89,9 +85,8 @@ class GfpganEnhancer:
 
     def open(self) -> None:
         """Load the model and check its I/O: a one-line EngineError naming the file otherwise."""
-        if self.runtime.is_open:
+        if not self.open_runtime("a GFPGAN 1.4 ONNX file"):
             return
-        self.runtime.open_expecting("a GFPGAN 1.4 ONNX file")
         ins = {i.name: i for i in self.runtime.inputs}
         outs = {o.name: o for o in self.runtime.outputs}
         ok = (len(ins) == 1 and INPUT in ins and _spec_ok(ins[INPUT])

@@ -27,6 +27,7 @@ from engines.errors import EngineError
 from engines.face import Face, ImageBGR, SwapResult
 from engines.geometry.face_align import Affine, as_kps5, estimate_norm, warp_crop
 from engines.geometry.region_warp import warp_affine_region
+from engines.models.base import OnnxModel
 from engines.models.paste import paste_region, prepare_paste_mask, rects_meet, white_square
 from engines.protocols import BatchSpec
 
@@ -62,7 +63,7 @@ def _dims_match(spec: TensorSpec, dims: tuple[int, ...]) -> bool:
             and spec.shape[0] in (1, None) and tuple(spec.shape[1:]) == dims)
 
 
-class InSwapper:
+class InSwapper(OnnxModel):
     """inswapper_128 behind the swapper role: target crop + source latent in, swapped crop out."""
 
     name = "inswapper"
@@ -70,7 +71,7 @@ class InSwapper:
     def __init__(self, runtime: InferenceRuntime, recrop_after_paste: bool = False,
                  full_frame_paste: bool = False) -> None:
         self.path = runtime.path
-        self.runtime = runtime
+        super().__init__(runtime)
         # insightface's loop crops each face from the frame the faces before it left: a face
         # whose crop an earlier paste changed is swapped again from there (one more call).
         self.recrop_after_paste = recrop_after_paste
@@ -81,16 +82,10 @@ class InSwapper:
         self.batch: int | None = 1  # None when the export takes any batch size
         self._dtypes: dict[str, type[np.floating]] = {TARGET: np.float32, SOURCE: np.float32, OUTPUT: np.float32}
 
-    @property
-    def calls(self) -> int:
-        """Model invocations so far (a batched call counts once)."""
-        return self.runtime.calls
-
     def open(self) -> None:
         """Load the model, check its I/O and read `emap` (the graph's last initializer)."""
-        if self.runtime.is_open:
+        if not self.open_runtime("an inswapper_128 ONNX file"):
             return
-        self.runtime.open_expecting("an inswapper_128 ONNX file")
         ins = {i.name: i for i in self.runtime.inputs}
         outs = {o.name: o for o in self.runtime.outputs}
         ok = (len(ins) == 2 and len(outs) == 1

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from engines.backends.base import InferenceRuntime, TensorSpec
 from engines.errors import EngineError
+from engines.models.base import OnnxModel
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ INPUT_STD = 128.0
 OUTPUT_WIDTHS = (1, 1, 1, 4, 4, 4, 10, 10, 10)
 
 
-class ScrfdDetector:
+class ScrfdDetector(OnnxModel):
     """SCRFD with keypoints: `forward` maps a BGR frame to detections and 5-point keypoints.
 
     `input_size` is (width, height) of the network input; both must be multiples of 32
@@ -59,18 +60,13 @@ class ScrfdDetector:
         self.input_size = (width, height)
         self.score_threshold = float(score_threshold)
         self.nms_threshold = float(nms_threshold)
-        self.runtime = runtime
+        super().__init__(runtime)
         self._input_name = ""
         self._output_names: list[str] = []
         self._batched = False  # outputs carry a leading batch axis ([1, rows, k])
         self._centres: dict[tuple[int, int, int], npt.NDArray[np.float32]] = {}
         self._canvas: npt.NDArray[np.uint8] | None = None  # padded BGR input, reused
         self._blob: Blob | None = None  # network input, reused
-
-    @property
-    def calls(self) -> int:
-        """How many times the model has run."""
-        return self.runtime.calls
 
     # -- lifecycle -----------------------------------------------------------------
 
