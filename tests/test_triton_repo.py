@@ -125,7 +125,8 @@ def test_cli_writes_a_repository_the_real_server_serves(models_dir: Path, tmp_pa
     said = capsys.readouterr().out
     assert f"wrote a Triton model repository in {repo}: backend python" in said
     assert "inswapper_128" in said and "batched up to 4, dynamic batching" in said
-    assert f"env.py serve {repo.resolve()}" in said
+    assert f"-v {repo.resolve()}:/models nvcr.io/nvidia/tritonserver" in said and "pip install -q onnxruntime" in said
+    assert f"env.py serve {repo.resolve()}" in said  # a source checkout: the developers' server too
     assert sorted(p.name for p in repo.iterdir()) == sorted(CATALOG_FILES)
     with TritonServer(repo) as server:
         assert {m["name"]: m.get("state") for m in server.repository_index()} == dict.fromkeys(CATALOG_FILES,

@@ -33,6 +33,10 @@ from stream.media.demo_clips import astronaut, make_demo_clip
 make_demo_clip("clip.mp4", seconds=2.0, size=(640, 360))
 cv2.imwrite("face.png", astronaut())
 PY
+# A stand-in ArcFace file (the real one cannot be downloaded here), for triton-repo.
+mkdir -p "$work/models"
+(cd "$ROOT" && "$MEDIA_PY" -c 'import sys; from tools.synth.face_models import make_arcface; make_arcface(sys.argv[1])' \
+    "$work/models/w600k_r50.onnx")
 
 step "facestream --help, serve --help, models, doctor"
 "$fs" --help > /dev/null
@@ -40,6 +44,10 @@ step "facestream --help, serve --help, models, doctor"
 "$fs" models > /dev/null
 "$fs" doctor > doctor.txt || { cat doctor.txt; echo "doctor did not exit 0"; exit 1; }
 grep -q "^Plan for the default run" doctor.txt && grep -q "CUDA device" doctor.txt || { cat doctor.txt; exit 1; }
+step "triton-repo --backend python: the server to run is one that ships (NVIDIA's container)"
+"$fs" triton-repo repo --backend python --models-dir models > triton.txt
+grep -q "nvcr.io/nvidia/tritonserver" triton.txt && ! grep -q "env.py" triton.txt && [ -s repo/arcface_w600k_r50/config.pbtxt ] \
+    || { cat triton.txt; echo "triton-repo did not point at the container"; exit 1; }
 step "swap --config fast"
 "$fs" swap --config fast --source face.png --input clip.mp4 --output fast.mp4 -q
 step "swap --config quality"

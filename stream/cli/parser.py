@@ -266,8 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "dynamic batching, instance groups) and the model file for each catalog model found "
                     "(--models-dir, $FACESTREAM_MODELS, the per-user folder), then prints how to start "
                     "Triton on it. Backends: onnxruntime and tensorrt for NVIDIA's Triton container on "
-                    "GPUs; python runs the same ONNX files through ONNX Runtime on the CPU (the bundled "
-                    "tritonserver of tools/triton/env.py serves it).")
+                    "GPUs; python runs the same ONNX files through ONNX Runtime on the CPU (the same "
+                    "container serves it, with onnxruntime installed into it).")
     triton.add_argument("dir", metavar="DIR", help="the repository folder (created; our model folders replaced)")
     triton.add_argument("--backend", choices=("onnxruntime", "tensorrt", "python"), default="onnxruntime",
                         help="Triton backend (default onnxruntime)")

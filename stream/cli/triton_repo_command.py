@@ -12,7 +12,11 @@ from stream.cli.parser import CliError
 # has the matching trtexec for building the plans.
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
 TENSORRT_IMAGE = "nvcr.io/nvidia/tensorrt:24.10-py3"
+# The developers' server environment (nvidia-pytriton's bundled tritonserver, what the test
+# suite serves): in a source checkout only, so users are pointed at the container first.
 ENV_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "triton" / "env.py"
+# The Python backend's model.py runs ONNX Runtime, which NVIDIA's container does not have.
+PYTHON_BACKEND_PACKAGES = "onnxruntime numpy"
 
 
 def find_models(models_dir: str | None) -> dict[str, Path]:
@@ -48,10 +52,12 @@ def cmd_triton_repo(args: argparse.Namespace) -> int:
     print("start the server:")
     where = repo.resolve()
     if args.backend == "python":
-        where_from = "" if ENV_SCRIPT.is_file() else " (in a facestream source checkout)"
-        script = ENV_SCRIPT if ENV_SCRIPT.is_file() else Path("tools/triton/env.py")
-        print(f"  python {script} serve {where}    # nvidia-pytriton's bundled tritonserver, "
-              f"in an environment of its own (built on first use){where_from}")
+        print(f"  docker run --rm -p 8000:8000 -p 8001:8001 -v {where}:/models {TRITON_IMAGE} sh -c "
+              f"'pip install -q {PYTHON_BACKEND_PACKAGES} && tritonserver --model-repository=/models'")
+        if ENV_SCRIPT.is_file():
+            print(f"  # or, in this source checkout, with no container (nvidia-pytriton's bundled tritonserver, "
+                  f"in an environment of its own built on first use):\n"
+                  f"  python {ENV_SCRIPT} serve {where}")
     else:
         if args.backend == "tensorrt":
             print(f"  # first build the plans on the GPU that will serve them:\n"
