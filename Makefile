@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 LOCK ?= constraints.txt
 PIP_LOCK := $(if $(LOCK),-c $(LOCK),)
 
-.PHONY: demo test test-deps triton-env check-install lint lock bench install clean
+.PHONY: demo test test-deps triton-env check-install lint lock bench docs install clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -66,5 +66,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py
 
+# The docs/ pages as a site (mkdocs.yml), strictly: a broken link between pages fails the build.
+# (Not --quiet: mkdocs then drops the warnings before strict mode counts them.)
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) facestream-demo
+	rm -rf $(VENV) facestream-demo site

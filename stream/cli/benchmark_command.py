@@ -75,7 +75,7 @@ def format_clip(s: dict[str, Any]) -> str:
 
 
 def markdown(summaries: list[dict[str, Any]], header: dict[str, Any]) -> str:
-    """The README's table: one row per clip, the machine and the date above it."""
+    """The table of docs/performance.md: one row per clip, the machine and the date above it."""
     lines = [f"Measured {header['date']} with `{header['command']}` on {header['machine']}; "
              f"preset {header['preset']}, engine {header['engine']}.", "",
              "| clip | staged fps | serial fps | analyse p50/p95 ms | swap p50/p95 ms | composite p50/p95 ms "

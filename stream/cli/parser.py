@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="browsers served at once (default 4); each runs its own pipeline")
     serve.add_argument("--max-viewers", type=int, default=8, metavar="N",
                        help="WHEP viewers at once, all sessions together (default 8); each is one more encode")
-    conns = serve.add_argument_group("connections (what one client may hold; see the README's \"Limits\")")
+    conns = serve.add_argument_group("connections (what one client may hold; see docs/scale-out.md, \"Limits\")")
     conns.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_S, metavar="S",
                        help="close a connection whose request headers are not in within S seconds of "
                             f"its opening (default {HEADER_TIMEOUT_S:g})")
@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the rate real time means (default: the clip's own, 30 for the built-in ones)")
     bench.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     bench.add_argument("--markdown", action="store_true",
-                       help="also print a Markdown table with the date and the machine (the README's)")
+                       help="also print a Markdown table with the date and the machine (as in docs/performance.md)")
     _add_run_options(bench)
     doctor = sub.add_parser(
         "doctor", help="say what this machine can do and what is missing, with the fix for each",
