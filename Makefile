@@ -2,7 +2,10 @@
 # environment (.venv) and install the project into it on first use, with the `demo` extra
 # (the packages the demo pictures ship in) and the test tools, at the versions of the lock
 # (constraints.txt: what the suite last passed with). `make LOCK= test` installs from
-# pyproject.toml's ranges instead (the newest releases they admit).
+# pyproject.toml's ranges instead (the newest releases they admit). `make test` runs the
+# whole suite (as CI does) and lists its 25 slowest tests; `make test-fast` leaves out the
+# tests marked slow (`@pytest.mark.slow`: a second or more each, live servers, browsers) to
+# run in under 3 minutes while you change code, and lists its 10 slowest.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -10,7 +13,7 @@ STAMP := $(VENV)/.installed
 LOCK ?= constraints.txt
 PIP_LOCK := $(if $(LOCK),-c $(LOCK),)
 
-.PHONY: demo test test-deps triton-env check-install lint lock bench docs install clean
+.PHONY: demo test test-fast test-deps triton-env check-install lint lock bench docs install clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +29,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	-@$(MAKE) --no-print-directory test-deps || echo "note: RTSP server or Chromium not installed; the tests that need them will be skipped"
 	-@$(MAKE) --no-print-directory triton-env || echo "note: the Triton server environment could not be built; the Triton tests will say why"
-	FACESTREAM_LOCK=$(LOCK) $(BIN)/python -m pytest -q
+	FACESTREAM_LOCK=$(LOCK) $(BIN)/python -m pytest -q --durations=25
+
+test-fast: $(STAMP)
+	FACESTREAM_LOCK=$(LOCK) $(BIN)/python -m pytest -q -m "not slow" --durations=10
 
 # System packages the live tests need: a real RTSP server (GStreamer's, through the system
 # Python) and a real browser for the WebRTC page (Chromium, driven by Playwright from the

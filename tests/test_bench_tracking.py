@@ -8,6 +8,7 @@ import pytest
 from tools import bench_tracking
 
 
+@pytest.mark.slow
 def test_it_prints_the_tracker_time_per_frame_of_a_scene(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench_tracking.main(["--scenes", "face-like", "--repeat", "1"]) == 0
     line = capsys.readouterr().out.strip()

@@ -58,6 +58,7 @@ BAD_INPUTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,make,needle", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
 def test_bad_input_video(tmp_path: Path, source_photo: Path, name: str, make, needle: str) -> None:
     bad = make(tmp_path)
@@ -66,6 +67,7 @@ def test_bad_input_video(tmp_path: Path, source_photo: Path, name: str, make, ne
     assert_one_line_error(res, str(bad), needle)
 
 
+@pytest.mark.slow
 def test_truncated_video_keeps_what_decoded(tmp_path: Path, source_photo: Path) -> None:
     bad = _cut_in_half(tmp_path / "cut.mp4", True)
     out = tmp_path / "out.mp4"
@@ -89,6 +91,7 @@ def test_bad_source_photo(tmp_path: Path, face_clip: Path, name: str, make, need
     assert_one_line_error(res, str(bad), needle)
 
 
+@pytest.mark.slow
 def test_source_with_several_faces_uses_the_largest(tmp_path: Path, face_clip: Path) -> None:
     src = tmp_path / "group.jpg"
     cv2.imwrite(str(src), group_picture())
@@ -99,6 +102,7 @@ def test_source_with_several_faces_uses_the_largest(tmp_path: Path, face_clip: P
     assert probe(out)["frames"] == probe(face_clip)["frames"]
 
 
+@pytest.mark.slow
 def test_video_without_faces_passes_through(tmp_path: Path, source_photo: Path) -> None:
     clip = tmp_path / "plain.mp4"
     make_clip(clip, n=20)
@@ -160,12 +164,14 @@ def test_output_onto_the_input_is_refused(tmp_path: Path, source_photo: Path, fa
     assert clip.read_bytes() == face_clip.read_bytes()
 
 
+@pytest.mark.slow
 def test_picture_to_video_is_refused(tmp_path: Path, source_photo: Path) -> None:
     res = facestream("swap", "--source", str(source_photo), "--input", str(source_photo),
                      "--output", str(tmp_path / "o.mp4"))
     assert_one_line_error(res, "picture output")
 
 
+@pytest.mark.slow
 def test_corruption_mid_stream_stops_with_a_playable_output(tmp_path: Path, source_photo: Path) -> None:
     clip = tmp_path / "clip.mkv"
     make_clip(clip, window_frame, 60, audio=False, options=None)
@@ -182,6 +188,7 @@ def test_corruption_mid_stream_stops_with_a_playable_output(tmp_path: Path, sour
     assert 0 < probe(out)["frames"] < 60  # what was decoded is written and plays
 
 
+@pytest.mark.slow
 def test_ctrl_c_finalises_the_output(tmp_path: Path, source_photo: Path) -> None:
     clip = tmp_path / "long.mp4"
     make_clip(clip, window_frame, 240)

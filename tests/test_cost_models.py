@@ -14,6 +14,8 @@ import pytest
 
 from tools.cost_models import ESTIMATES, build_all, count_macs
 
+pytestmark = pytest.mark.slow  # every test reads the cost models, built once in about 20 s
+
 CPU = ["CPUExecutionProvider"]
 # (file, inputs, outputs) as (name, shape) with symbolic dims as strings.
 IO = {

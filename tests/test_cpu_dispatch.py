@@ -57,6 +57,7 @@ def test_a_level_sets_exactly_its_environment() -> None:
     assert level.describe() == "OPENCV_CPU_DISABLE=AVX2,AVX512-SKX OPENCV_IPP=sse42"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", LEVELS, ids=lambda lv: lv.name)
 def test_warp_and_reference_tests_pass_at_each_level(level: DispatchLevel) -> None:
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -66,6 +67,7 @@ def test_warp_and_reference_tests_pass_at_each_level(level: DispatchLevel) -> No
     assert " passed" in done.stdout and "skipped" not in done.stdout
 
 
+@pytest.mark.slow
 def test_each_level_picks_a_scheme_within_the_bound() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "warp_levels.py"), "--json", "--transforms", "12"],
                           capture_output=True, text=True, timeout=600)

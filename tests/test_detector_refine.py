@@ -43,6 +43,7 @@ def _errors(scene, refine: bool) -> tuple[float, float, float]:  # type: ignore[
     return float(np.mean(size)), float(np.mean(centre)), float(np.mean(points))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [small_scene, overlap_scene], ids=["small-42px", "overlap-100px"])
 def test_refined_boxes_put_the_points_where_the_faces_own_box_does(make) -> None:  # type: ignore[no-untyped-def]
     scene = make()

@@ -148,6 +148,7 @@ def test_the_integers_are_read_whoever_cuts_the_file_where(tmp_path, monkeypatch
     assert got == values
 
 
+@pytest.mark.slow
 def test_a_file_that_is_not_a_shape_predictor_is_named_with_its_problem(tmp_path, predictor: ShapePredictor) -> None:
     data = open(model_path("landmarks"), "rb").read()
     (tmp_path / "cut.dat").write_bytes(data[: len(data) // 2])
@@ -174,6 +175,7 @@ def _same_model(a, b) -> bool:
                                       ("mean_shape", "split_a", "split_b", "threshold", "leaves", "anchor", "offset"))
 
 
+@pytest.mark.slow
 def test_the_model_read_once_is_loaded_from_the_cache_afterwards(tmp_path, monkeypatch) -> None:
     """The first process reads dlib's file (1.3 s) and keeps the arrays in the user's cache;
     the next loads them (0.05 s). A changed file, a damaged cache or one that cannot be

@@ -96,6 +96,7 @@ def test_stats_json_reports_the_run(swapped: Path) -> None:
     assert rep["peak_rss_mb"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("staged", [True, False])
 def test_staged_and_serial_write_the_same_video(face_clip: Path, source_photo: Path, tmp_path: Path,
                                                 swapped: Path, staged: bool) -> None:
@@ -107,6 +108,7 @@ def test_staged_and_serial_write_the_same_video(face_clip: Path, source_photo: P
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+@pytest.mark.slow
 def test_opencv_on_its_own_threads_writes_the_same_video(face_clip: Path, source_photo: Path, tmp_path: Path,
                                                          swapped: Path) -> None:
     # pipeline.cv_threads: 1 by default (the stages already share the cores); 0 hands the
@@ -129,6 +131,7 @@ def test_opencv_on_its_own_threads_writes_the_same_video(face_clip: Path, source
         cv2.setNumThreads(-1)
 
 
+@pytest.mark.slow
 def test_a_file_detected_on_a_thread_of_its_own_is_swapped_the_same_every_time(
         face_clip: Path, source_photo: Path, tmp_path: Path) -> None:
     # detect.lag: the detection runs beside the analysis, its boxes joining a fixed number of
@@ -182,6 +185,7 @@ def test_picture_without_faces_passes_through_bit_identical(source_photo: Path, 
     assert "no target faces found" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, expect_faces", [("largest", 1), ("reference", 1), ("mapping", 1)])
 def test_selection_on_a_clip(mode: str, expect_faces: int, face_clip: Path, source_photo: Path,
                              tmp_path: Path) -> None:

@@ -73,6 +73,7 @@ def test_an_untouched_output_measures_as_untouched(short_clip, short_ref, tmp_pa
     assert r.seam is None
 
 
+@pytest.mark.slow
 def test_each_face_gets_its_own_figures(short_clip, short_ref, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     frames = frames_of(short_clip.video)
     truth = ClipTruth.load(short_clip.truth)
@@ -330,6 +331,7 @@ def test_arcface_distances_are_added_when_its_file_is_found(models: Models, shor
     assert r.arc_closer == 0.0
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line(tmp_path: Path, short_clip) -> None:  # type: ignore[no-untyped-def]
     res = subprocess.run(TOOL + ["--source", str(tmp_path / "none.png"), "--input", str(short_clip.video),
                                  "--output", str(short_clip.video)], capture_output=True, text=True)
@@ -343,6 +345,7 @@ def test_bad_input_is_one_line(tmp_path: Path, short_clip) -> None:  # type: ign
     assert res.stderr.strip() == f"eval_quality: {other}: 5 frames, the input has 8"
 
 
+@pytest.mark.slow
 def test_the_suite_swaps_with_facestream_and_prints_the_table(tmp_path: Path) -> None:
     res = subprocess.run(TOOL + ["--suite", "--clips", "leave-return", "--configs", "fast",
                                  "--workdir", str(tmp_path), "--sample-every", "6",
@@ -375,6 +378,7 @@ def test_overpaint_is_the_changed_share_of_an_occluder_in_front_of_a_face() -> N
     assert metrics.occluder_overpaint(changed, [face], (400.0, 0.0, 450.0, 50.0)) is None  # not in front
 
 
+@pytest.mark.slow
 def test_the_suite_passes_each_set_to_facestream_swap(tmp_path: Path) -> None:
     from tools.eval_quality import parse_args, swap_args
 

@@ -131,6 +131,7 @@ def test_rolled_face_kept_badge_dropped(detector_up1, angle: float) -> None:  # 
     assert x0 < face[0] < x1 and y0 < face[1] < y1
 
 
+@pytest.mark.slow
 def test_demo_picture_keeps_its_six_faces(detector) -> None:  # type: ignore[no-untyped-def]
     found = detector.forward(FrameViews(group_picture()))
     assert len(found) == 6
@@ -154,6 +155,7 @@ def test_memory_judges_a_box_once(detector) -> None:  # type: ignore[no-untyped-
     assert filt.judged == judged + 2 and filt.rejected == 2 * 4
 
 
+@pytest.mark.slow
 def test_boxes_judged_together_as_one_by_one() -> None:
     """A detection's new boxes are judged as a batch (points at once, embeddings as one run):
     the same verdicts, and nearly the same scores, as each judged alone."""
@@ -200,6 +202,7 @@ def test_verify_off_keeps_hog_boxes() -> None:
         load_config(None, ["detect.verify=maybe"])
 
 
+@pytest.mark.slow
 def test_swap_leaves_the_badges_alone(tmp_path: Path) -> None:
     """End to end: `facestream swap` (dlib, default config) on 30 frames of the rotating
     astronaut, where HOG alone takes the badges for faces at each detection: the face is

@@ -111,6 +111,7 @@ def ffmpeg_reads(path: Path) -> bool:
 
 # -- other streams -------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("container, audio, expect", [
     ("mkv", ("pcm_s16le", "pcm_s24le"), [("audio", "aac"), ("audio", "aac")]),  # case 1 and 12
     ("mov", ("pcm_s16le",), [("audio", "aac")]),
@@ -144,6 +145,7 @@ def test_pcm_is_copied_into_containers_that_hold_it(tmp_path: Path, source_photo
         assert streams(out) == [("video", "h264"), ("audio", "pcm_s16le"), ("audio", "pcm_s24le")]
 
 
+@pytest.mark.slow
 @needs_ffmpeg
 def test_subtitles_are_kept_where_the_container_holds_them(tmp_path: Path, source_photo: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -291,6 +293,7 @@ def _interrupted(tmp_path: Path, source_photo: Path, sig: int) -> tuple[subproce
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_sigterm_and_sighup_leave_a_playable_output(tmp_path: Path, source_photo: Path, sig: int,
                                                     code: int) -> None:
@@ -305,6 +308,7 @@ def test_sigterm_and_sighup_leave_a_playable_output(tmp_path: Path, source_photo
     assert not list(tmp_path.glob(".out.mp4.partial-*"))
 
 
+@pytest.mark.slow
 def test_sigkill_never_leaves_a_broken_output(tmp_path: Path, source_photo: Path) -> None:
     res, out = _interrupted(tmp_path, source_photo, signal.SIGKILL)
     assert res.returncode == -signal.SIGKILL

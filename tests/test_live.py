@@ -68,6 +68,7 @@ def _source_embedding(identity: Identity, source_photo: Path) -> np.ndarray:
     return identity.embed(src, identity.boxes(src)[0])
 
 
+@pytest.mark.slow
 def test_webcam_to_virtual_camera_with_record(camera_clip: Path, source_photo: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     RecordingCamera.instances.clear()
@@ -177,6 +178,7 @@ def live_job(source_photo: Path) -> SwapJob:
     return job
 
 
+@pytest.mark.slow
 def test_a_slow_sink_drops_old_frames_instead_of_queueing(live_job: SwapJob, camera_clip: Path) -> None:
     before = threading.active_count()
     source = open_source(str(camera_clip))

@@ -23,6 +23,8 @@ from tests.fixtures import FlashBeepPublisher, SyncDetector, read_rtsp_sync
 from tests.fixtures.rtsp import Relay, free_port, require_relay
 from tests.fixtures.serving import live_whep_process
 
+pytestmark = pytest.mark.slow  # live runs whose sound and pictures are timed for seconds
+
 FRAME_S = 1 / 30
 BOUND_S = FRAME_S + 0.017
 

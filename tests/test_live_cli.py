@@ -33,6 +33,8 @@ from stream.sources.open import open_source
 from tests.fixtures import probe
 from tests.fixtures.rtsp import Relay, free_port, require_relay
 
+pytestmark = pytest.mark.slow  # live runs of the CLI, each seconds long
+
 ROOT = Path(__file__).resolve().parents[1]
 FPS = 30
 SIZE = (640, 360)

@@ -16,6 +16,8 @@ from stream.cli.main import main
 from tests.fixtures import Identity
 from tests.fixtures.rtsp import Publisher, Reader, Relay, free_port, require_relay
 
+pytestmark = pytest.mark.slow  # RTSP in and out through a real server
+
 
 @pytest.fixture(scope="module")
 def face_frames() -> list[np.ndarray]:

@@ -14,6 +14,8 @@ import pytest
 from stream.media.demo_clips import astronaut
 from tests.fixtures import make_clip
 
+pytestmark = pytest.mark.slow  # twenty jobs in turn
+
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = 20
 

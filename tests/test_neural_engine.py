@@ -11,6 +11,8 @@ import pytest
 from stream.cli.main import main
 from tests.fixtures import CLIP_FRAMES, build_scrfd_model, make_arcface, make_fan, make_inswapper, probe
 
+pytestmark = pytest.mark.slow  # whole swaps with the neural engine set
+
 
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -190,6 +190,7 @@ def source_embedding(scenes: list[Scene], model_dir: Path) -> np.ndarray:
     return emb.forward(scenes[0].image, scenes[0].kps[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("full_frame", [False, True])
 @pytest.mark.parametrize("model", ["inswapper.onnx", "inswapper_fp16.onnx", "inswapper_dyn.onnx"])
 def test_inswapper_parity(scenes: list[Scene], model_dir: Path, source_embedding: np.ndarray, model: str,

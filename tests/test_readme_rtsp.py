@@ -12,6 +12,8 @@ import pytest
 
 from tests.fixtures.rtsp import free_port, require_relay
 
+pytestmark = pytest.mark.slow  # the README's RTSP recipe through a real server
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -21,6 +21,8 @@ from stream.sources.capture import WebcamSource
 from stream.sources.rtsp import RtspSource
 from tests.fixtures.rtsp import Publisher, Relay, free_port, require_relay
 
+pytestmark = pytest.mark.slow  # real RTSP servers, restarted and waited on
+
 FPS = 30
 
 

@@ -33,6 +33,8 @@ from stream.sources.rtsp import PROBE_TIMEOUT_S, RtspSource
 from tests.fixtures.rtsp import Publisher, Reader, Relay, free_port, require_relay
 from tests.fixtures.silent_server import SilentServer
 
+pytestmark = pytest.mark.slow  # RTSP servers that stall, restart or never answer, waited out
+
 ROOT = Path(__file__).resolve().parent.parent
 # FFmpeg's own words, which are never the message: what its interrupt callback says when a
 # timeout fires (meaningless to a user), and texts that may only follow ours in parentheses.

@@ -98,6 +98,7 @@ def test_cpu_runs_have_no_plan_and_say_max_vram_changes_nothing(models_dir: Path
     assert gpu_runtime(load_config(None, []).runtime)  # auto: CUDA first when it is installed
 
 
+@pytest.mark.slow
 def test_a_gpu_swap_prints_the_plan_first_and_builds_what_it_chose(
         models_dir: Path, face_clip: Path, source_photo: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -98,6 +98,7 @@ def test_an_offer_without_ice_candidates_takes_no_slot(shared_job: SwapJob) -> N
         assert status == 400 and "no ICE candidates" in body["error"], body
 
 
+@pytest.mark.slow
 def test_offers_that_never_connect_free_their_slots_after_the_bound(shared_job: SwapJob,
                                                                     camera: list[np.ndarray]) -> None:
     """Every slot taken by offers whose client is gone: other users are told the server is
@@ -147,6 +148,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_a_vanished_client_frees_its_slot_within_seconds(shared_job: SwapJob) -> None:
     """A client process killed while live says nothing (no DTLS close, no DELETE): its
     session ends on the missing video, not ~60 s later on ICE consent."""
@@ -222,6 +224,7 @@ class PeakRss:
         return (self.peak - self.start) / 2**20
 
 
+@pytest.mark.slow
 def test_a_huge_picture_is_refused_from_its_header(shared_job: SwapJob) -> None:
     png = huge_png(20000, 20000)  # 1.2 GB once decoded
     assert len(png) < 1_000_000
@@ -308,6 +311,7 @@ def _array_bytes(obj: object, seen: set[int] | None = None, depth: int = 0) -> i
     return sum(_array_bytes(c, seen, depth + 1) for c in children)
 
 
+@pytest.mark.slow
 def test_the_face_library_keeps_no_photo_and_stays_within_its_budget(shared_job: SwapJob) -> None:
     big = cv2.resize(astronaut(), (4000, 4000), interpolation=cv2.INTER_CUBIC)  # 48 MB decoded
     ok, big_jpeg = cv2.imencode(".jpg", big, [cv2.IMWRITE_JPEG_QUALITY, 80])
@@ -659,6 +663,7 @@ def serve_process(source_photo: Path) -> Iterator[tuple[subprocess.Popen[str], s
         yield running
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_stop_serve_like_ctrl_c(serve_process: tuple[subprocess.Popen[str], str],
                                                    signum: int) -> None:

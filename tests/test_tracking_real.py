@@ -21,6 +21,8 @@ from tools.quality.clips import Scene, leave_return_scene, occluder_scene, rotat
 from tools.quality.metrics import changed_mask, changed_share, occluder_overpaint
 from tools.quality.truth import visible
 
+pytestmark = pytest.mark.slow  # tracking followed over the quality clips, about a second a test
+
 
 @pytest.fixture(scope="module")
 def engines():  # type: ignore[no-untyped-def]

@@ -279,6 +279,7 @@ class LateDetector(FakeDetector):
         return [((cx - 0.6 * s, cy - 0.5 * s, cx + 0.6 * s, cy + 0.7 * s), 1.0) for _, cx, cy, s in faces]
 
 
+@pytest.mark.slow
 def test_background_detection_tracks_moving_faces_without_waiting_for_the_detector() -> None:
     import threading
     import time

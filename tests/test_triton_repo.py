@@ -117,6 +117,7 @@ def test_unreadable_files_and_bad_arguments_are_one_line_errors(models_dir: Path
         write_repository(repo, {}, backend="openvino")
 
 
+@pytest.mark.slow
 def test_cli_writes_a_repository_the_real_server_serves(models_dir: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture) -> None:
     repo = tmp_path / "repo"

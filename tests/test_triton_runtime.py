@@ -254,6 +254,7 @@ def test_requests_are_spread_over_the_servers_up(server: TritonServer, models_di
     remote.close()
 
 
+@pytest.mark.slow
 def test_a_server_away_past_the_timeout_is_a_one_line_error(server: TritonServer, models_dir: Path) -> None:
     remote = TritonRuntime(models_dir / "w600k_r50.onnx", _options(server.grpc_url, timeout=2.0))
     remote.open()
@@ -286,6 +287,7 @@ def _swap_args(clip: Path, photo: Path, out: Path, models: Path, *extra: str) ->
             *extra]
 
 
+@pytest.mark.slow
 def test_a_swap_through_triton_is_the_local_swap_frame_for_frame(server: TritonServer, models_dir: Path,
                                                                 long_clip: Path, source_photo: Path,
                                                                 tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -302,6 +304,7 @@ def test_a_swap_through_triton_is_the_local_swap_frame_for_frame(server: TritonS
     assert "runs on the local ONNX Runtime" not in said.out + said.err
 
 
+@pytest.mark.slow
 def test_a_model_the_server_lacks_runs_locally_and_the_run_says_so(
         server: TritonServer, models_dir: Path, long_clip: Path, source_photo: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture) -> None:
@@ -319,6 +322,7 @@ def test_a_model_the_server_lacks_runs_locally_and_the_run_says_so(
     assert server.statistics("inswapper_128")["inference_count"] > before
 
 
+@pytest.mark.slow
 def test_wrong_url_and_mismatched_model_are_one_line_errors_exit_1(server: TritonServer, face_clip: Path,
                                                                    source_photo: Path, models_dir: Path,
                                                                    tmp_path: Path) -> None:
@@ -380,6 +384,7 @@ def _ended(*workers: subprocess.Popen[str]) -> Iterator[None]:
                 w.communicate()
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_server_and_their_requests_are_batched_together(
         server: TritonServer, models_dir: Path, long_clip: Path, source_photo: Path, tmp_path: Path) -> None:
     before = server.statistics("inswapper_128")
@@ -396,6 +401,7 @@ def test_two_workers_share_one_server_and_their_requests_are_batched_together(
     assert requests >= 2 * LONG_FRAMES and executions < requests, (requests, executions)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["stop", "kill"])
 def test_a_server_restarted_mid_run_is_reported_once_and_the_run_finishes(
         server: TritonServer, models_dir: Path, long_clip: Path, source_photo: Path, tmp_path: Path, how: str) -> None:
@@ -424,6 +430,7 @@ def test_a_server_restarted_mid_run_is_reported_once_and_the_run_finishes(
     assert server.statistics("inswapper_128")["inference_count"] > 0  # the restarted server served the rest
 
 
+@pytest.mark.slow
 def test_the_bench_compares_local_and_triton_streams(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     proc = subprocess.run([sys.executable, "tools/bench_triton.py", "--streams", "2", "--frames", "8",

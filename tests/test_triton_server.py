@@ -124,6 +124,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(server: Tr
     assert any(int(b["batch_size"]) > 2 for b in after["batch_stats"])
 
 
+@pytest.mark.slow
 def test_restart_on_the_same_ports_and_no_process_left(server: TritonServer) -> None:
     grpc_url = server.grpc_url
     pgid = server.proc.pid
@@ -145,6 +146,7 @@ def test_a_killed_server_leaves_no_shared_memory_behind(server: TritonServer) ->
     assert server.model_ready("arcface_w600k_r50")
 
 
+@pytest.mark.slow
 def test_a_port_taken_before_the_server_binds_it_is_replaced(server: TritonServer) -> None:
     other = TritonServer(server.repo)
     taken = other.grpc_url

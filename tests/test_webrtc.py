@@ -56,6 +56,7 @@ async def ended(server: FaceServer, session: str, timeout: float = 10.0) -> bool
     return session not in server.sessions
 
 
+@pytest.mark.slow
 def test_a_peer_gets_its_camera_back_swapped(shared_job: SwapJob, camera_pictures: list[np.ndarray],
                                             source_photo: Path) -> None:
     async def scenario(server: FaceServer, url: str) -> tuple[list[av.VideoFrame], dict[str, Any], Any]:
@@ -89,6 +90,7 @@ def test_a_peer_gets_its_camera_back_swapped(shared_job: SwapJob, camera_picture
     assert after < before - 0.03, (before, after)
 
 
+@pytest.mark.slow
 def test_two_peers_at_once_each_get_their_own_pipeline_on_shared_models(
         shared_job: SwapJob, camera_pictures: list[np.ndarray]) -> None:
     flipped = [cv2.flip(p, 1) for p in camera_pictures]  # a second camera, another picture
@@ -116,6 +118,7 @@ def test_two_peers_at_once_each_get_their_own_pipeline_on_shared_models(
     assert np.abs(cv2.flip(a, 1).astype(int) - b).mean() < np.abs(a.astype(int) - b).mean() / 2
 
 
+@pytest.mark.slow
 def test_the_source_face_can_be_uploaded_and_changed_mid_session(
         shared_job: SwapJob, camera_pictures: list[np.ndarray], tmp_path: Path) -> None:
     # A second person: the largest face of t1.jpg, as an uploaded photo.
@@ -263,6 +266,7 @@ def _our_threads() -> list[str]:
     return sorted(t.name for t in threading.enumerate() if not t.name.startswith("fs-worker"))
 
 
+@pytest.mark.slow
 def test_fifty_connect_disconnect_cycles_leave_nothing_behind(shared_job: SwapJob,
                                                               camera_pictures: list[np.ndarray]) -> None:
     threads_before = {t.ident for t in threading.enumerate()}
@@ -312,6 +316,7 @@ def test_fifty_connect_disconnect_cycles_leave_nothing_behind(shared_job: SwapJo
     assert not left, left
 
 
+@pytest.mark.slow
 def test_serve_command_serves_the_page_and_stops_on_ctrl_c(source_photo: Path) -> None:
     import json
     import signal

@@ -42,7 +42,8 @@ BOUND_S = FRAME_S + 0.017
 READ_S = 8.0
 
 
-pytestmark = pytest.mark.usefixtures("loopback_ice")  # every test here talks WebRTC on loopback
+pytestmark = [pytest.mark.usefixtures("loopback_ice"),  # every test here talks WebRTC on loopback
+              pytest.mark.slow]  # live sessions whose sound is timed for seconds
 
 
 @pytest.fixture(scope="module")

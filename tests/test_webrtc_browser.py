@@ -24,6 +24,8 @@ from stream.server.app import FaceServer, start_server
 from tests.fixtures import Identity, write_y4m
 from tests.fixtures.serving import serve_process, shared_serve_job
 
+pytestmark = pytest.mark.slow  # a real Chromium on the page
+
 CHROMIUM = "/usr/bin/chromium"
 
 

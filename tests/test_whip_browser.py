@@ -26,6 +26,8 @@ from stream.server.whip_client import whep_view
 from tests.fixtures import Identity, write_y4m
 from tests.fixtures.serving import shared_serve_job
 
+pytestmark = pytest.mark.slow  # a real Chromium publishing
+
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "browser-token-123"
 

@@ -74,6 +74,7 @@ def session_of(location: str) -> str:
     return location.rstrip("/").split("/")[-2]  # /whip/sessions/ID/KEY
 
 
+@pytest.mark.slow
 def test_a_whip_publisher_gets_its_clip_back_swapped_and_delete_frees_the_slot(
         shared_job: SwapJob, clip: list[np.ndarray], source_identity: tuple[Identity, np.ndarray]) -> None:
     async def scenario(server: FaceServer, url: str) -> dict[str, Any]:
@@ -112,6 +113,7 @@ def test_a_whip_publisher_gets_its_clip_back_swapped_and_delete_frees_the_slot(
     assert after < before - 0.03, (before, after)
 
 
+@pytest.mark.slow
 def test_whep_viewers_watch_an_obs_like_publisher_and_a_stalled_viewer_holds_back_nobody(
         shared_job: SwapJob, clip: list[np.ndarray], source_identity: tuple[Identity, np.ndarray]) -> None:
     async def scenario(server: FaceServer, url: str) -> dict[str, Any]:
@@ -181,6 +183,7 @@ def test_whep_viewers_watch_an_obs_like_publisher_and_a_stalled_viewer_holds_bac
     assert got["viewers_gone"] and got["viewer_delete"] == 404
 
 
+@pytest.mark.slow
 def test_a_whip_publisher_or_viewer_that_never_connects_frees_its_slot(shared_job: SwapJob,
                                                                      clip: list[np.ndarray]) -> None:
     said: list[str] = []
@@ -400,6 +403,7 @@ def test_malformed_whip_and_whep_requests_get_a_one_line_4xx(shared_job: SwapJob
     assert seen["still live"][0] == 200  # none of it disturbed the live session
 
 
+@pytest.mark.slow
 def test_serve_token_file_protects_the_server(source_photo: Path, tmp_path: Path) -> None:
     import urllib.error
     import urllib.request
@@ -427,6 +431,7 @@ def test_a_bad_token_is_a_one_line_error(args: list[str], message: str, capsys: 
     assert code != 0 and err == [f"facestream: error: {message}"], err
 
 
+@pytest.mark.slow
 def test_live_output_whep_serves_the_run_to_viewers(source_photo: Path, tmp_path: Path,
                                                      source_identity: tuple[Identity, np.ndarray]) -> None:
 

@@ -17,7 +17,8 @@ import cv2
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: this tree's packages first (a tool measures the tree it sits in)
+    sys.path.insert(0, str(ROOT))
 
 from stream.config import EncodeConfig  # noqa: E402
 from stream.media.convert import YuvFramer, copy_yuv420p_planes  # noqa: E402

@@ -17,12 +17,11 @@ import dlib
 import numpy as np
 from skimage import data
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as a file: this tree's packages first (a tool measures the tree it sits in)
+    sys.path.insert(0, str(ROOT))
 
-from engines.classic.swapper import (
-    ClassicalOptions,  # noqa: E402
-    ClassicalSwapper,  # noqa: E402
-)
+from engines.classic.swapper import ClassicalOptions, ClassicalSwapper  # noqa: E402
 from engines.dlib.models import model_path  # noqa: E402
 from engines.face import Face  # noqa: E402
 from engines.geometry.measures import face_turn  # noqa: E402

@@ -14,7 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as a file: this tree's packages first (a tool measures the tree it sits in)
+    sys.path.insert(0, str(ROOT))
 
 from engines.classic.swapper import ClassicalOptions  # noqa: E402
 from engines.frame_views import FrameViews  # noqa: E402

@@ -73,7 +73,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
+if __package__ in (None, ""):  # run as a file: this tree's packages first (a tool measures the tree it sits in)
     sys.path.insert(0, str(ROOT))
 
 OPSET = 13

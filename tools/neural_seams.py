@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
+if __package__ in (None, ""):  # run as a file: this tree's packages first (a tool measures the tree it sits in)
     sys.path.insert(0, str(ROOT))
 
 from engines.backends.ort import OrtRuntime  # noqa: E402

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-if str(ROOT) not in sys.path:
+if __package__ in (None, ""):  # run as a file: this tree's packages first (a tool measures the tree it sits in)
     sys.path.insert(0, str(ROOT))
 
 from tools.gpu_check.report import table  # noqa: E402
