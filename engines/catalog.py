@@ -3,44 +3,132 @@
 Files are looked up in the `--models-dir` folder, then `$FACESTREAM_MODELS`, then the
 per-user folder (`$XDG_DATA_HOME/facestream/models`, by default
 `~/.local/share/facestream/models`). Nothing is downloaded unless the user asks
-(`facestream models fetch`).
+(`facestream models fetch`); each file's addresses, licence and checksums are here.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from engines.errors import ModelNotFound
 
 
 @dataclass(frozen=True)
+class Address:
+    """One place a model file can be downloaded from, and how what it sends is verified.
+
+    A file is taken only when one of its checks passes: the sha256 a public source states for
+    it, or the CRC32 the host publishes beside it (FaceFusion's `.hash` files: 8 hex digits,
+    `checksum_url`, or `crc32` where its value is published). `member`: the file is that member
+    of the zip archive at `url` (insightface publishes its detector and embedder in packs)."""
+
+    url: str
+    sha256: str | None = None
+    crc32: str | None = None
+    checksum_url: str | None = None
+    member: str | None = None
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).netloc or self.url
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.sha256 or self.crc32 or self.checksum_url)
+
+
+# insightface's own releases: the model-zoo tag its current package downloads from, and v0.7
+# (older packages).
+INSIGHTFACE = ("https://github.com/deepinsight/insightface/releases/download/model-zoo",
+               "https://github.com/deepinsight/insightface/releases/download/v0.7")
+
+
+def insightface(file: str, sha256: str, pack: str | None = None) -> tuple[Address, ...]:
+    """insightface's release addresses of `file` (a member of `pack`.zip when given)."""
+    if pack:
+        return tuple(Address(f"{base}/{pack}.zip", sha256=sha256, member=file) for base in INSIGHTFACE)
+    return tuple(Address(f"{base}/{file}", sha256=sha256) for base in INSIGHTFACE)
+
+
+def facefusion(release: str, file: str, crc32: str | None = None) -> tuple[Address, ...]:
+    """FaceFusion's copies of `file` in its model set `release` (e.g. models-3.0.0): its GitHub
+    release assets, then its HuggingFace mirror, each with the `.hash` (CRC32) published beside
+    the file (or its value, where a public page states it). FaceFusion's copies are its own
+    exports: their bytes differ from the original publisher's."""
+    stem = file.rsplit(".", 1)[0]
+    out = []
+    for base in (f"https://github.com/facefusion/facefusion-assets/releases/download/{release}",
+                 f"https://huggingface.co/facefusion/{release}/resolve/main"):
+        out.append(Address(f"{base}/{file}", crc32=crc32, checksum_url=None if crc32 else f"{base}/{stem}.hash"))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class ModelEntry:
-    """One standard model: its catalog name, file name, kind and I/O contract in words."""
+    """One standard model: its catalog name, file name, kind, I/O contract in words, licence,
+    size (of the original publisher's file, when known) and the addresses to fetch it from
+    (the original publisher first where there is one, then mirrors)."""
 
     name: str
     file: str
     kind: str  # detector | embedder | swapper | landmarker | enhancer
     contract: str
-    sha256: str | None = None  # when known; `fetch --sha256` verifies a download either way
+    licence: str = ""
+    size: int | None = None
+    addresses: tuple[Address, ...] = ()
+    default: bool = False  # in the default neural set (`models fetch` with no name)
 
+    @property
+    def sha256(self) -> str | None:
+        """The sha256 a public source states for the original file, when there is one."""
+        return next((a.sha256 for a in self.addresses if a.sha256), None)
+
+
+NON_COMMERCIAL = "non-commercial research only (insightface's models)"
 
 CATALOG: dict[str, ModelEntry] = {e.name: e for e in (
     ModelEntry("scrfd_10g", "det_10g.onnx", "detector",
-               "input.1 [1,3,H,W] -> 9 outputs: scores, boxes, keypoints at strides 8/16/32"),
+               "input.1 [1,3,H,W] -> 9 outputs: scores, boxes, keypoints at strides 8/16/32",
+               NON_COMMERCIAL, 16_923_827,
+               insightface("det_10g.onnx", "5838f7fe053675b1c7a08b633df49e7af5495cee0493c7dcf6697200b85b5b91",
+                           pack="buffalo_l"), default=True),
     ModelEntry("scrfd_2.5g", "det_2.5g.onnx", "detector",
-               "input.1 [1,3,H,W] -> 9 outputs: scores, boxes, keypoints at strides 8/16/32"),
+               "input.1 [1,3,H,W] -> 9 outputs: scores, boxes, keypoints at strides 8/16/32",
+               NON_COMMERCIAL, None, facefusion("models-3.0.0", "scrfd_2.5g.onnx")),
     ModelEntry("arcface_w600k_r50", "w600k_r50.onnx", "embedder",
-               "[N,3,112,112] RGB (x-127.5)/127.5 -> [N,512]"),
+               "[N,3,112,112] RGB (x-127.5)/127.5 -> [N,512]",
+               NON_COMMERCIAL, 174_383_860,
+               insightface("w600k_r50.onnx", "4c06341c33c2ca1f86781dab0e829f88ad5b64be9fba56e56bc9ebdefc619e43",
+                           pack="buffalo_l") + facefusion("models-3.0.0", "arcface_w600k_r50.onnx"), default=True),
     ModelEntry("inswapper_128", "inswapper_128.onnx", "swapper",
-               "target [1,3,128,128] RGB 0..1, source [1,512] -> output [1,3,128,128]; emap 512x512"),
+               "target [1,3,128,128] RGB 0..1, source [1,512] -> output [1,3,128,128]; emap 512x512",
+               NON_COMMERCIAL, 554_253_681,
+               insightface("inswapper_128.onnx", "e4a3f08c753cb72d04e10aa0f7dbe3deebbf39567d4ead6dce08e98aa49e16af")
+               + facefusion("models-3.0.0", "inswapper_128.onnx"), default=True),
     ModelEntry("inswapper_128_fp16", "inswapper_128_fp16.onnx", "swapper",
-               "as inswapper_128, half-precision weights, float32 I/O"),
+               "as inswapper_128, half-precision weights, float32 I/O",
+               NON_COMMERCIAL, None, facefusion("models-3.0.0", "inswapper_128_fp16.onnx")),
     ModelEntry("2dfan4", "2dfan4.onnx", "landmarker",
-               "input [1,3,256,256] x/255 -> [1,68,3] landmarks, [1,68,64,64] heatmaps"),
+               "input [1,3,256,256] x/255 -> [1,68,3] landmarks, [1,68,64,64] heatmaps",
+               "MIT (2dfan4's ONNX export)", None, facefusion("models-3.0.0", "2dfan4.onnx", crc32="a948738e"),
+               default=True),
     ModelEntry("gfpgan_1.4", "gfpgan_1.4.onnx", "enhancer",
-               "input [1,3,512,512] RGB (x/255-0.5)/0.5 -> output [1,3,512,512] in [-1,1]"),
+               "input [1,3,512,512] RGB (x/255-0.5)/0.5 -> output [1,3,512,512] in [-1,1]",
+               "Apache-2.0 (TencentARC's GFPGAN)", None, facefusion("models-3.0.0", "gfpgan_1.4.onnx")),
 )}
+
+# `facestream models fetch` with no name: what `--engine neural` runs.
+DEFAULT_SET = tuple(name for name, e in CATALOG.items() if e.default)
+
+
+def mirror_addresses(entry: ModelEntry, bases: list[str]) -> tuple[Address, ...]:
+    """`entry`'s file on mirrors of one's own (base URLs holding the catalog's file names):
+    verified by a sha256 the catalog knows for the file or by a `.hash` beside it there."""
+    stem = entry.file.rsplit(".", 1)[0]
+    return tuple(Address(f"{base.rstrip('/')}/{entry.file}", sha256=entry.sha256,
+                         checksum_url=f"{base.rstrip('/')}/{stem}.hash") for base in bases)
 
 
 def user_models_dir() -> Path:

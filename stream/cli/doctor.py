@@ -124,7 +124,7 @@ def check_models(config: Config) -> list[Finding]:
     for name, item in CATALOG.items():
         where = locate(name, config.models.dir)
         out.append(Finding("models", name, str(where) if where else f"missing ({item.kind})", where is not None,
-                           f"put {item.file} in {dirs[0]} (or facestream models fetch {name} --url ...)"))
+                           f"put {item.file} in {dirs[0]} (or: facestream models fetch {name})"))
     usable = any(f.ok for f in out)
     out.append(Finding("models", "embedded default", "dlib (no model files needed)",
                        _version("dlib") is not None and _dlib_weights(),

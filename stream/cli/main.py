@@ -13,8 +13,8 @@ from typing import Any
 
 from engines.errors import EngineError
 from stream.cli.demo import demo_face, run_demo
+from stream.cli.models_command import cmd_models
 from stream.cli.parser import CliError, build_parser, config_from_args
-from stream.cli.progress import Progress
 from stream.cli.swap_command import check_output, job_for, run_swap, summarise
 from stream.cli.triton_repo_command import cmd_triton_repo
 from stream.errors import StreamError
@@ -305,31 +305,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from stream.cli.doctor import run_doctor
 
     return run_doctor(config_from_args(args))
-
-
-def cmd_models(args: argparse.Namespace) -> int:
-    from engines.catalog import CATALOG, entry, locate, search_dirs, user_models_dir
-
-    if args.models_command == "fetch":
-        from engines.fetch import fetch
-
-        item = entry(args.name)
-        folder = Path(args.fetch_dir or args.models_dir or user_models_dir())
-        bar = Progress(0, label=f"{item.file}: ", unit="bytes")
-        try:
-            path = fetch(args.url, folder / item.file, args.sha256,
-                         lambda done, total: bar.update(done=done, total=total))
-        finally:
-            bar.close()
-        print(f"fetched {item.name} to {path}" + (" (sha256 verified)" if args.sha256 else ""))
-        return 0
-    dirs = search_dirs(args.models_dir)
-    print("folders searched: " + ", ".join(str(d) for d in dirs))
-    for name, item in CATALOG.items():
-        found = locate(name, args.models_dir)
-        where = f"found: {found}" if found else f"missing: put {item.file} in {dirs[0]}"
-        print(f"  {name:<20} {item.kind:<10} {where}")
-    return 0
 
 
 class Terminated(KeyboardInterrupt):

@@ -247,17 +247,32 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(engine=None, select=None, blend=None, detect_every=None, max_faces=None, x264_preset=None,
                         crf=None, enhance_every=None, reference=None, mapping=[], serial=False)
     models = sub.add_parser(
-        "models", help="list the standard model files (found or missing), or fetch one",
-        description="Lists each model of the catalog with the file that was found, or where to put "
-                    "it. Folders searched: --models-dir, then $FACESTREAM_MODELS, then the per-user "
-                    "folder. `models fetch NAME --url URL` downloads one (nothing is ever downloaded "
-                    "unless asked).")
+        "models", help="list the standard model files (found or missing, licence), or fetch them",
+        description="Lists each model of the catalog: the file found, or where to put it, and its licence. "
+                    "Folders searched: --models-dir, then $FACESTREAM_MODELS, then the per-user folder. "
+                    "`models fetch` downloads the default neural set (`models fetch NAME ...` those, "
+                    "`--all` every one), each verified against its published checksum; nothing is ever "
+                    "downloaded unless asked.")
     models.add_argument("--models-dir", metavar="DIR", help="search (and fetch into) this folder first")
     msub = models.add_subparsers(dest="models_command", metavar="ACTION")
-    fetch = msub.add_parser("fetch", help="download a model file, verifying its sha256 when given")
-    fetch.add_argument("name", help="catalog name, e.g. inswapper_128")
-    fetch.add_argument("--url", required=True, help="where to download it from")
-    fetch.add_argument("--sha256", metavar="HEX", help="expected sha256 of the file")
+    fetch = msub.add_parser(
+        "fetch", help="download model files by name, verified (the default neural set with no name)",
+        description="Downloads each named model (none: the default neural set, what --engine neural runs; "
+                    "--all: the whole catalog) from its publisher's address first, then the mirrors, and "
+                    "keeps it only when its checksum matches: the sha256 a public source states, or the "
+                    "CRC32 the host publishes beside the file. An address that is down, sends a file cut "
+                    "short or with the wrong checksum gives way to the next; a dropped connection is "
+                    "resumed; nothing partial is ever left. Each file's licence is printed before it is "
+                    "downloaded. A file already present is kept (--force fetches it again).")
+    fetch.add_argument("names", nargs="*", metavar="NAME", help="catalog names, e.g. inswapper_128")
+    fetch.add_argument("--all", action="store_true", help="every model of the catalog")
+    fetch.add_argument("--from", dest="mirrors", action="append", default=[], metavar="URL",
+                       help="a mirror of your own instead of the public addresses: URL/<file>, verified by the "
+                            "catalog's sha256 or by URL/<name>.hash (repeatable, tried in order; also "
+                            "$FACESTREAM_MODEL_MIRRORS, comma-separated)")
+    fetch.add_argument("--url", help="download one named model from this URL instead (your own address)")
+    fetch.add_argument("--sha256", metavar="HEX", help="with --url: the file's expected sha256")
+    fetch.add_argument("--force", action="store_true", help="fetch again files that are present")
     fetch.add_argument("--models-dir", dest="fetch_dir", metavar="DIR",
                        help="folder to save into (default: --models-dir, else the per-user folder)")
     triton = sub.add_parser(

@@ -1,0 +1,113 @@
+"""`facestream models [fetch]`: what the catalog's files are, where they were found, their
+licences, and downloading them by name, verified."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stream.cli.parser import CliError
+from stream.cli.progress import Progress
+
+if TYPE_CHECKING:
+    from engines.catalog import ModelEntry
+
+
+def _size(n: int | None) -> str:
+    return f"{n / 1e6:.0f} MB" if n else "size not published"
+
+
+def _names(args: argparse.Namespace) -> list[str]:
+    from engines.catalog import CATALOG, DEFAULT_SET, entry
+
+    if args.all and args.names:
+        raise CliError("models fetch: give names or --all, not both")
+    names = list(CATALOG) if args.all else list(dict.fromkeys(args.names)) or list(DEFAULT_SET)
+    for name in names:
+        entry(name)  # an unknown name is one line listing the known ones
+    if args.url and len(names) != 1:
+        raise CliError("models fetch --url: name exactly one model")
+    if args.sha256 and not args.url:
+        raise CliError("models fetch --sha256 goes with --url (the catalog's files carry their own checksums)")
+    return names
+
+
+def _fetch_one(args: argparse.Namespace, item: ModelEntry, dest: Path, mirrors: list[str],
+               archives: dict[str, Path]) -> None:
+    from engines.catalog import Address, mirror_addresses
+    from engines.fetch import fetch, fetch_model
+
+    if args.url:
+        addresses: tuple[Address, ...] = (Address(args.url, sha256=args.sha256),)
+    elif mirrors:
+        addresses = mirror_addresses(item, mirrors)
+    else:
+        addresses = item.addresses
+    print(f"{item.name} ({item.file}, {_size(item.size)}): licence: {item.licence or 'not stated'}")
+    bar = Progress(0, label=f"{item.file}: ", unit="bytes")
+
+    def progress(done: int, total: int | None) -> None:
+        bar.update(done=done, total=total)
+
+    def tried(address: Address, reason: str) -> None:
+        bar.close()
+        print(f"  {address.host}: {reason}; trying the next address", file=sys.stderr)
+
+    try:
+        if args.url and not args.sha256:  # the user's own address, unverified (as they asked)
+            fetch(args.url, dest, None, progress)
+            address, how = addresses[0], ""
+        else:
+            address, how = fetch_model(item, dest, addresses, progress, archives, tried)
+    finally:
+        bar.close()
+    checked = f"{how} verified" if how else "not verified: no checksum given"
+    print(f"fetched {item.name} to {dest} (from {address.host}, {checked})")
+
+
+def cmd_models_fetch(args: argparse.Namespace) -> int:
+    from engines.catalog import entry, user_models_dir
+
+    names = _names(args)
+    folder = Path(args.fetch_dir or args.models_dir or user_models_dir())
+    mirrors = args.mirrors or [m.strip() for m in os.environ.get("FACESTREAM_MODEL_MIRRORS", "").split(",")
+                               if m.strip()]
+    archives: dict[str, Path] = {}
+    fetched, kept = [], []
+    try:
+        for name in names:
+            item = entry(name)
+            dest = folder / item.file
+            if dest.is_file() and not args.force:
+                kept.append(name)
+                print(f"{name}: already in {folder} (--force fetches it again)")
+                continue
+            _fetch_one(args, item, dest, mirrors, archives)
+            fetched.append(name)
+    finally:
+        for archive in archives.values():
+            archive.unlink(missing_ok=True)
+    print(f"models: {len(fetched)} fetched, {len(kept)} already present, in {folder}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from engines.catalog import CATALOG, DEFAULT_SET, locate, search_dirs
+
+    if args.models_command == "fetch":
+        return cmd_models_fetch(args)
+    dirs = search_dirs(args.models_dir)
+    print("folders searched: " + ", ".join(str(d) for d in dirs))
+    missing = []
+    for name, item in CATALOG.items():
+        found = locate(name, args.models_dir)
+        where = f"found: {found}" if found else f"missing: put {item.file} in {dirs[0]}"
+        if not found and name in DEFAULT_SET:
+            missing.append(name)
+        print(f"  {name:<20} {item.kind:<10} {where}")
+        print(f"  {'':<20} {'':<10} licence: {item.licence or 'not stated'}")
+    if missing:
+        print(f"the default neural set lacks {', '.join(missing)}: `facestream models fetch` gets them")
+    return 0

@@ -1,0 +1,284 @@
+"""`facestream models fetch` by name, against local HTTP servers holding synthetic files:
+verified by a sha256 or by the CRC32 published beside the file, the next address when one is
+down or sends a bad file, a dropped connection resumed, Ctrl-C, and never a partial file."""
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engines.catalog import CATALOG, DEFAULT_SET, Address, entry
+from engines.errors import EngineError
+from engines.fetch import fetch_model
+from stream.cli.main import main
+
+ROOT = Path(__file__).resolve().parent.parent
+# One synthetic body per catalog file (the real ones cannot be downloaded here).
+BODIES = {e.file: os.urandom((1 << 20) + 1000 * i + 7) for i, e in enumerate(CATALOG.values())}
+
+
+def crc(data: bytes) -> str:
+    return format(zlib.crc32(data), "08x")
+
+
+def pack(*files: str) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for file in files:
+            zf.writestr(f"buffalo_l/{file}", BODIES[file])
+    return buf.getvalue()
+
+
+PACK = pack("det_10g.onnx", "w600k_r50.onnx")
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """/good/F: the file, its `.hash` beside it, ranges honoured; /bad/F: other bytes under a
+    true `.hash`; /nohash/F: no `.hash`; /cut/F: the first answer to each client stops half
+    way; /cutall/F: every answer does; /norange/F: ranges ignored, the first answer cut;
+    /slow/F: a trickle (for Ctrl-C); /pack.zip: a zip of two files."""
+
+    requests: list[tuple[str, str | None]] = []
+    cut_once: set[str] = set()
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        Handler.requests.append((self.path, self.headers.get("Range")))
+        kind, _, name = self.path.strip("/").partition("/")
+        if self.path == "/pack.zip":
+            return self._send(PACK)
+        stem, dot, ext = name.rpartition(".")
+        if ext == "hash":
+            file = next((f for f in BODIES if f.rsplit(".", 1)[0] == stem), None)
+            if file is None or kind == "nohash":
+                return self.send_error(404)
+            return self._send(crc(BODIES[file]).encode())
+        body = BODIES.get(name)
+        if body is None:
+            return self.send_error(404)
+        if kind == "bad":
+            return self._send(bytes(reversed(body)))
+        if kind == "slow":
+            return self._send(body, trickle=True)
+        if kind == "cutall" or (kind in ("cut", "norange") and self.path not in Handler.cut_once):
+            Handler.cut_once.add(self.path)
+            return self._send(body, cut=True, honour_range=kind != "norange")
+        return self._send(body, honour_range=kind != "norange")
+
+    def _send(self, body: bytes, cut: bool = False, trickle: bool = False, honour_range: bool = True) -> None:
+        start = 0
+        rng = self.headers.get("Range")
+        if rng and honour_range:
+            start = int(rng.split("=")[1].split("-")[0])
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.end_headers()
+        data = body[start:]
+        if cut:
+            data = data[: len(data) // 2]
+        if trickle:
+            for i in range(0, len(data), 16384):
+                self.wfile.write(data[i:i + 16384])
+                self.wfile.flush()
+                time.sleep(0.05)
+            return
+        self.wfile.write(data)
+        if cut:
+            self.wfile.flush()
+            self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def closed_port() -> str:
+    """The address of a port nothing listens on: a mirror that is down."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/good"
+
+
+@pytest.fixture(autouse=True)
+def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("FACESTREAM_MODELS", raising=False)
+    monkeypatch.delenv("FACESTREAM_MODEL_MIRRORS", raising=False)
+    Handler.requests.clear()
+    Handler.cut_once.clear()
+
+
+def fetch_cli(*args: str) -> int:
+    return main(["models", "fetch", *args])
+
+
+def test_a_model_by_name_from_a_mirror_verified_by_its_published_crc32(
+        server: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    folder = tmp_path / "models"
+    assert fetch_cli("inswapper_128", "--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert (folder / "inswapper_128.onnx").read_bytes() == BODIES["inswapper_128.onnx"]
+    assert sorted(p.name for p in folder.iterdir()) == ["inswapper_128.onnx"]
+    out = capsys.readouterr().out
+    licence, fetched = out.index("licence: non-commercial"), out.index("fetched inswapper_128")
+    assert licence < fetched  # the licence is printed before the download
+    assert "CRC32 verified" in out and "1 fetched, 0 already present" in out
+
+
+def test_no_name_gets_the_default_set_and_all_gets_every_model(server: str, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    folder = tmp_path / "models"
+    assert fetch_cli("--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert sorted(p.name for p in folder.iterdir()) == sorted(entry(n).file for n in DEFAULT_SET)
+    assert set(DEFAULT_SET) == {"scrfd_10g", "arcface_w600k_r50", "inswapper_128", "2dfan4"}
+    capsys.readouterr()
+    assert fetch_cli("--all", "--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    out = capsys.readouterr().out
+    assert sorted(p.name for p in folder.iterdir()) == sorted(e.file for e in CATALOG.values())
+    assert f"{len(CATALOG) - len(DEFAULT_SET)} fetched, {len(DEFAULT_SET)} already present" in out
+    assert all(BODIES[p.name] == p.read_bytes() for p in folder.iterdir())
+
+
+def test_a_mirror_that_is_down_gives_way_to_the_next(server: str, closed_port: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    folder = tmp_path / "models"
+    assert fetch_cli("2dfan4", "--from", closed_port, "--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert (folder / "2dfan4.onnx").read_bytes() == BODIES["2dfan4.onnx"]
+    err = capsys.readouterr().err
+    assert "trying the next address" in err and closed_port.split("/")[2] in err
+
+
+@pytest.mark.parametrize("kind, needle", [
+    ("bad", r"CRC32 [0-9a-f]{8}, expected [0-9a-f]{8}"),  # the wrong bytes
+    ("nohash", "its checksum file: HTTP 404"),  # nothing to verify against: not taken
+    ("cutall", r"stopped at \d+ of \d+ bytes, 3 resumes tried"),  # cut short every time
+])
+def test_a_bad_download_is_one_line_and_leaves_no_file(server: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                       kind: str, needle: str) -> None:
+    folder = tmp_path / "models"
+    assert fetch_cli("gfpgan_1.4", "--from", f"{server}/{kind}", "--models-dir", str(folder)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("facestream: error: model 'gfpgan_1.4' (gfpgan_1.4.onnx): no address gave a verified")
+    assert pytest.importorskip("re").search(needle, err[-1]), err[-1]
+    assert list(folder.iterdir()) == []  # neither the file nor a .part
+
+
+@pytest.mark.parametrize("kind", ["cut", "norange"])
+def test_a_dropped_connection_is_resumed_or_restarted(server: str, tmp_path: Path, kind: str) -> None:
+    folder = tmp_path / "models"
+    assert fetch_cli("2dfan4", "--from", f"{server}/{kind}", "--models-dir", str(folder)) == 0
+    assert (folder / "2dfan4.onnx").read_bytes() == BODIES["2dfan4.onnx"]
+    gets = [r for p, r in Handler.requests if p == f"/{kind}/2dfan4.onnx"]
+    half = (len(BODIES["2dfan4.onnx"])) // 2
+    # the second request asks for the rest; the server that ignores ranges sends it all again
+    assert gets == [None, f"bytes={half}-"]
+
+
+def test_ctrl_c_mid_download_stops_in_one_line_and_leaves_nothing(server: str, tmp_path: Path) -> None:
+    folder = tmp_path / "models"
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    proc = subprocess.Popen([sys.executable, "-m", "stream.cli.main", "models", "fetch", "inswapper_128",
+                             "--from", f"{server}/slow", "--models-dir", str(folder)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not list(folder.glob("*.part")):
+        time.sleep(0.05)
+    assert list(folder.glob("*.part")), "the download did not start"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, (out, err)
+    assert [line for line in err.splitlines() if line.strip() and "MB" not in line] == ["facestream: interrupted"]
+    assert list(folder.iterdir()) == []
+
+
+def test_present_files_are_kept_unless_forced(server: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "2dfan4.onnx").write_bytes(b"mine")
+    assert fetch_cli("2dfan4", "--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert (folder / "2dfan4.onnx").read_bytes() == b"mine" and "already in" in capsys.readouterr().out
+    assert fetch_cli("2dfan4", "--force", "--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert (folder / "2dfan4.onnx").read_bytes() == BODIES["2dfan4.onnx"]
+
+
+def test_the_publishers_pack_is_downloaded_once_for_two_of_its_files(server: str, tmp_path: Path) -> None:
+    """insightface publishes its detector and embedder in a zip: each member is verified by
+    its own sha256, and the pack is downloaded once for both."""
+    archives: dict[str, Path] = {}
+    for file in ("det_10g.onnx", "w600k_r50.onnx"):
+        sha = hashlib.sha256(BODIES[file]).hexdigest()
+        address = Address(f"{server}/pack.zip", sha256=sha, member=file)
+        used, how = fetch_model(entry("scrfd_10g"), tmp_path / file, (address,), archives=archives)
+        assert how == "sha256" and (tmp_path / file).read_bytes() == BODIES[file]
+    assert [p for p, _ in Handler.requests] == ["/pack.zip"]
+    assert all(p.exists() for p in archives.values())  # the caller removes them
+    wrong = Address(f"{server}/pack.zip", sha256="0" * 64, member="det_10g.onnx")
+    with pytest.raises(EngineError, match="sha256 [0-9a-f]{64}, expected 0{64}"):
+        fetch_model(entry("scrfd_10g"), tmp_path / "x.onnx", (wrong,), archives=archives)
+    assert not (tmp_path / "x.onnx").exists()
+    assert set(tmp_path.glob("*.part")) == set(archives.values())  # only the kept pack
+
+
+def test_the_catalog_orders_and_verifies_every_address() -> None:
+    known = {"inswapper_128": "e4a3f08c753cb72d04e10aa0f7dbe3deebbf39567d4ead6dce08e98aa49e16af",
+             "scrfd_10g": "5838f7fe053675b1c7a08b633df49e7af5495cee0493c7dcf6697200b85b5b91",
+             "arcface_w600k_r50": "4c06341c33c2ca1f86781dab0e829f88ad5b64be9fba56e56bc9ebdefc619e43"}
+    for name, item in CATALOG.items():
+        assert item.addresses and item.licence, name
+        assert all(a.verified for a in item.addresses), name
+        if name in known:  # the original publisher first, with the sha256 public sources state
+            first = item.addresses[0]
+            assert first.url.startswith("https://github.com/deepinsight/insightface/releases/download/")
+            assert first.sha256 == known[name]
+    ff = [a for a in CATALOG["gfpgan_1.4"].addresses]
+    assert [a.url for a in ff] == [
+        "https://github.com/facefusion/facefusion-assets/releases/download/models-3.0.0/gfpgan_1.4.onnx",
+        "https://huggingface.co/facefusion/models-3.0.0/resolve/main/gfpgan_1.4.onnx"]
+    assert [a.checksum_url for a in ff] == [a.url.replace(".onnx", ".hash") for a in ff]
+
+
+def test_models_lists_licences_and_what_the_default_set_lacks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["models", "--models-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("licence: ") == len(CATALOG)
+    assert "the default neural set lacks scrfd_10g, arcface_w600k_r50, inswapper_128, 2dfan4" in out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["nosuch"], "unknown model 'nosuch'"),
+    (["inswapper_128", "--all"], "names or --all"),
+    (["inswapper_128", "2dfan4", "--url", "http://x/y"], "exactly one"),
+    (["inswapper_128", "--sha256", "00"], "goes with --url"),
+])
+def test_bad_fetch_arguments_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str],
+                                          needle: str) -> None:
+    assert fetch_cli(*args, "--models-dir", str(tmp_path / "m")) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and needle in err
+    assert not (tmp_path / "m").exists()
