@@ -52,16 +52,18 @@ def insightface(file: str, sha256: str, pack: str | None = None) -> tuple[Addres
     return tuple(Address(f"{base}/{file}", sha256=sha256) for base in INSIGHTFACE)
 
 
-def facefusion(release: str, file: str, crc32: str | None = None) -> tuple[Address, ...]:
+def facefusion(release: str, file: str, crc32: str | None = None, sha256: str | None = None) -> tuple[Address, ...]:
     """FaceFusion's copies of `file` in its model set `release` (e.g. models-3.0.0): its GitHub
     release assets, then its HuggingFace mirror, each with the `.hash` (CRC32) published beside
-    the file (or its value, where a public page states it). FaceFusion's copies are its own
-    exports: their bytes differ from the original publisher's."""
+    the file (or its value, where a public page states it; `sha256`, where the host's page
+    states one). FaceFusion's copies are its own exports: their bytes differ from the original
+    publisher's."""
     stem = file.rsplit(".", 1)[0]
     out = []
     for base in (f"https://github.com/facefusion/facefusion-assets/releases/download/{release}",
                  f"https://huggingface.co/facefusion/{release}/resolve/main"):
-        out.append(Address(f"{base}/{file}", crc32=crc32, checksum_url=None if crc32 else f"{base}/{stem}.hash"))
+        out.append(Address(f"{base}/{file}", sha256=sha256, crc32=crc32,
+                           checksum_url=None if crc32 else f"{base}/{stem}.hash"))
     return tuple(out)
 
 
@@ -73,7 +75,7 @@ class ModelEntry:
 
     name: str
     file: str
-    kind: str  # detector | embedder | swapper | landmarker | enhancer
+    kind: str  # detector | embedder | swapper | converter | landmarker | enhancer
     contract: str
     licence: str = ""
     size: int | None = None
@@ -87,6 +89,10 @@ class ModelEntry:
 
 
 NON_COMMERCIAL = "non-commercial research only (insightface's models)"
+HYPERSWAP = "ResearchRAIL-MS (FaceFusion's hyperswap): research use only"
+HYPERSWAP_CONTRACT = ("target [1,3,256,256] RGB (x/255-0.5)/0.5, source [1,512] normed ArcFace -> "
+                      "output [1,3,256,256] in [-1,1], mask [1,1,256,256] (unused)")
+SIMSWAP = "non-commercial research only (SimSwap)"
 
 CATALOG: dict[str, ModelEntry] = {e.name: e for e in (
     ModelEntry("scrfd_10g", "det_10g.onnx", "detector",
@@ -110,6 +116,23 @@ CATALOG: dict[str, ModelEntry] = {e.name: e for e in (
     ModelEntry("inswapper_128_fp16", "inswapper_128_fp16.onnx", "swapper",
                "as inswapper_128, half-precision weights, float32 I/O",
                NON_COMMERCIAL, None, facefusion("models-3.0.0", "inswapper_128_fp16.onnx")),
+    ModelEntry("hyperswap_1a_256", "hyperswap_1a_256.onnx", "swapper", HYPERSWAP_CONTRACT, HYPERSWAP, 402_742_682,
+               facefusion("models-3.3.0", "hyperswap_1a_256.onnx",
+                          sha256="c0e98a8a03a238f461ed3d2570e426b49f46745ee400854a60dceeb70c246add")),
+    ModelEntry("hyperswap_1b_256", "hyperswap_1b_256.onnx", "swapper", HYPERSWAP_CONTRACT, HYPERSWAP, None,
+               facefusion("models-3.3.0", "hyperswap_1b_256.onnx")),
+    ModelEntry("hyperswap_1c_256", "hyperswap_1c_256.onnx", "swapper", HYPERSWAP_CONTRACT, HYPERSWAP, None,
+               facefusion("models-3.3.0", "hyperswap_1c_256.onnx")),
+    ModelEntry("simswap_256", "simswap_256.onnx", "swapper",
+               "target [1,3,256,256] RGB (x/255-ImageNet mean)/std, source [1,512] (crossface_simswap's, "
+               "normed) -> output [1,3,256,256] RGB 0..1", SIMSWAP, None,
+               facefusion("models-3.0.0", "simswap_256.onnx")),
+    ModelEntry("simswap_unofficial_512", "simswap_unofficial_512.onnx", "swapper",
+               "target [1,3,512,512] RGB x/255, source [1,512] (crossface_simswap's, normed) -> output "
+               "[1,3,512,512] RGB 0..1", SIMSWAP, None, facefusion("models-3.0.0", "simswap_unofficial_512.onnx")),
+    ModelEntry("crossface_simswap", "crossface_simswap.onnx", "converter",
+               "input [1,512] ArcFace w600k_r50 embedding -> output [1,512] in SimSwap's embedding space",
+               "OpenRAIL-MS (FaceFusion's crossface)", None, facefusion("models-3.4.0", "crossface_simswap.onnx")),
     ModelEntry("2dfan4", "2dfan4.onnx", "landmarker",
                "input [1,3,256,256] x/255 -> [1,68,3] landmarks, [1,68,64,64] heatmaps",
                "MIT (2dfan4's ONNX export)", None, facefusion("models-3.0.0", "2dfan4.onnx", crc32="a948738e"),

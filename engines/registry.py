@@ -102,8 +102,15 @@ def _build_dlib(detect: DetectSettings, swap: ClassicalOptions, models: ModelSet
 
 
 def _roles(models: ModelSettings) -> dict[str, str]:
-    """The catalog name of each model the neural family needs."""
-    return {"detector": models.detector, "embedder": models.embedder, "swapper": models.swapper}
+    """The catalog name of each model the neural family needs (the swapper's embedding
+    converter too, where it has one); an unknown swapper is a ValueError listing the known."""
+    from engines.models.swappers import profile
+
+    roles = {"detector": models.detector, "embedder": models.embedder, "swapper": models.swapper}
+    converter = profile(models.swapper).converter
+    if converter:
+        roles["converter"] = converter
+    return roles
 
 
 def _neural_files(models: ModelSettings) -> tuple[dict[str, Path | None], list[str]]:
@@ -130,8 +137,10 @@ def _build_neural(detect: DetectSettings, swap: ClassicalOptions, models: ModelS
     from engines.models.fan import FanLandmarker
     from engines.models.inswapper import InSwapper
     from engines.models.scrfd import ScrfdDetector
+    from engines.models.swappers import profile
 
     paths = {role: find(name, models.dir) for role, name in _roles(models).items()}
+    swapper_profile = profile(models.swapper)
     found, _ = _neural_files(models)
     embedder = ArcFaceEmbedder(runtime(paths["embedder"]))
     landmarker: Landmarker
@@ -149,7 +158,8 @@ def _build_neural(detect: DetectSettings, swap: ClassicalOptions, models: ModelS
         embedder=embedder,
         swapper=InSwapperSwapper(InSwapper(runtime(paths["swapper"]),
                                            recrop_after_paste=models.recrop_after_paste,
-                                           full_frame_paste=models.full_frame_paste),
+                                           full_frame_paste=models.full_frame_paste, profile=swapper_profile,
+                                           converter=runtime(paths["converter"]) if "converter" in paths else None),
                                  embedder),
         photo_detector=_photo_detector(),
         note=(f"engine: neural ({paths['detector'].name}, {paths['embedder'].name}, "

@@ -254,7 +254,7 @@ def test_crops_on_the_analyse_thread_model_on_swap_blend_on_composite(
         threads["blend"].add(threading.current_thread().name)
         return blend_crop(self, *args, **kwargs)
 
-    monkeypatch.setattr(InSwapper, "prepare_crop_into", staticmethod(crop))
+    monkeypatch.setattr(InSwapper, "prepare_crop_into", crop)
     monkeypatch.setattr(InSwapper, "blend_crop", blend)
     runtime = RecordingRuntime(model_files["dynamic"], RuntimeOptions(providers="cpu"))
     swapper, latent = _swapper(runtime)

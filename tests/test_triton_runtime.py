@@ -24,13 +24,22 @@ from engines.backends.registry import runtime_factory
 from engines.backends.triton.runtime import TritonRuntime, model_name
 from engines.errors import EngineError
 from stream.cli.main import main
-from tests.fixtures import build_scrfd_model, make_arcface, make_clip, make_fan, make_inswapper, window_frame
+from tests.fixtures import (
+    build_scrfd_model,
+    make_arcface,
+    make_clip,
+    make_fan,
+    make_hyperswap,
+    make_inswapper,
+    window_frame,
+)
 from tests.fixtures.rtsp import free_port
 from tests.fixtures.triton import TritonServer, triton_repo_server
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_BATCH = 16
 FILES = {"scrfd_10g": "det_10g.onnx", "arcface_w600k_r50": "w600k_r50.onnx", "inswapper_128": "inswapper_128.onnx"}
+SERVED = {**FILES, "hyperswap_1a_256": "hyperswap_1a_256.onnx"}  # a swapper chosen by name, served too
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +48,7 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_scrfd_model(folder / "det_10g.onnx", seed=3)
     make_arcface(folder / "w600k_r50.onnx", seed=4)
     make_inswapper(folder / "inswapper_128.onnx", seed=5, batch=None)  # dynamic batch: Triton batches it
+    make_hyperswap(folder / "hyperswap_1a_256.onnx", seed=6)
     return folder
 
 
@@ -48,7 +58,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterat
     # A request may wait 20 ms for company (the repository's default is 2 ms): two workers
     # on a loaded 2-core machine drift apart by more than 2 ms, and their requests met in no
     # batch (200 requests in 200 executions) in one CI run.
-    with triton_repo_server(tmp_path_factory, {name: models_dir / f for name, f in FILES.items()},
+    with triton_repo_server(tmp_path_factory, {name: models_dir / f for name, f in SERVED.items()},
                             max_batch=MAX_BATCH, queue_delay_us=20_000) as srv:
         yield srv
 
@@ -302,6 +312,20 @@ def test_a_swap_through_triton_is_the_local_swap_frame_for_frame(server: TritonS
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     said = capsys.readouterr()
     assert "runs on the local ONNX Runtime" not in said.out + said.err
+
+
+@pytest.mark.slow
+def test_a_swapper_chosen_by_name_runs_through_triton(server: TritonServer, models_dir: Path, face_clip: Path,
+                                                      source_photo: Path, tmp_path: Path) -> None:
+    before = server.statistics("hyperswap_1a_256")["inference_count"]
+    local, remote = tmp_path / "local.mp4", tmp_path / "triton.mp4"
+    by_name = ("--swapper", "hyperswap_1a_256")
+    assert main(_swap_args(face_clip, source_photo, local, models_dir, *by_name)) == 0
+    assert main(_swap_args(face_clip, source_photo, remote, models_dir, *by_name, "--runtime", "triton",
+                           "--triton-url", server.grpc_url)) == 0
+    assert server.statistics("hyperswap_1a_256")["inference_count"] > before
+    a, b = _frames(local), _frames(remote)
+    assert len(a) == len(b) > 0 and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
 @pytest.mark.slow

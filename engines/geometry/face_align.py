@@ -51,6 +51,10 @@ TEMPLATES: dict[str, AlignTemplate] = {
     # inswapper_128: arcface_dst shifted right (x only) by 8 px in a 128 crop (insightface adds
     # the 8 in float32 after scaling by 128/128 = 1, so this array is bit-identical to its dst).
     "arcface_128": AlignTemplate("arcface_128", ARCFACE_DST + np.float32([8.0, 0.0]), 128),
+    # SimSwap (256, 512): the older, symmetric ArcFace template (FaceFusion's arcface_112_v1).
+    "arcface_112_v1": AlignTemplate("arcface_112_v1", (np.array(
+        [[0.35473214, 0.45658929], [0.64526786, 0.45658929], [0.50000000, 0.61154464],
+         [0.37913393, 0.77687500], [0.62086607, 0.77687500]], dtype=np.float64) * 112).astype(np.float32), 112),
     # GFPGAN, CodeFormer (512).
     "ffhq_512": AlignTemplate("ffhq_512", (np.array(
         [[0.37691676, 0.46864664], [0.62285697, 0.46912813], [0.50123859, 0.61331904],

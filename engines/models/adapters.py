@@ -1,4 +1,4 @@
-"""The standard neural set behind the pipeline's protocols: SCRFD, 2dfan4, ArcFace, inswapper.
+"""The standard neural set behind the pipeline's protocols: SCRFD, 2dfan4, ArcFace, the swappers.
 
 Adapters only: each model class keeps its own pre/post-processing (scrfd.py, arcface.py,
 inswapper.py, fan.py); these give them the shapes the tracker and stages use.
@@ -43,14 +43,14 @@ class ScrfdFaces:
 
 
 class InSwapperSwapper:
-    """inswapper_128 as a `Swapper`. A source face is prepared once: its ArcFace embedding
-    and then its latent (embedding @ emap), which every frame reuses."""
-
-    name = "inswapper"
+    """A crop swapper (inswapper_128, hyperswap, simswap) as a `Swapper`. A source face is
+    prepared once: its ArcFace embedding and then the swapper's own source vector (inswapper:
+    embedding @ emap; simswap: the converter's), which every frame reuses."""
 
     def __init__(self, swapper: InSwapper, embedder: ArcFaceEmbedder) -> None:
         self.swapper = swapper
         self.embedder = embedder
+        self.name = swapper.name
 
     @property
     def calls(self) -> int:

@@ -1,4 +1,9 @@
-"""inswapper_128 (fp32 and fp16 exports): the source identity painted onto a 128 target crop.
+"""inswapper_128 (fp32 and fp16 exports), and the swappers of its shape (hyperswap, simswap):
+the source identity painted onto an aligned target crop.
+
+What differs between them (crop size and template, normalisation, output range, the source
+embedding's preparation) is each one's `SwapperProfile` (engines/models/swappers.py); this
+class runs any of them.
 
 Pre- and post-processing follow insightface's `INSwapper` exactly (crop aligned to
 arcface_128, RGB in [0,1]; latent = normalised embedding @ emap, normalised again; output
@@ -29,17 +34,19 @@ from engines.geometry.face_align import Affine, as_kps5, estimate_norm, warp_cro
 from engines.geometry.region_warp import warp_affine_region
 from engines.models.base import OnnxModel
 from engines.models.paste import paste_region, prepare_paste_mask, rects_meet, white_square
+from engines.models.swappers import PROFILES, SwapperProfile
 from engines.protocols import BatchSpec
 
 log = logging.getLogger(__name__)
 
 Latent: TypeAlias = npt.NDArray[np.float32]  # (1, 512)
-Blob: TypeAlias = npt.NDArray[np.float32]  # (N, 3, 128, 128), RGB in [0, 1]
+Blob: TypeAlias = npt.NDArray[np.float32]  # (N, 3, S, S), RGB normalised as the profile says
 
-CROP_SIZE = 128
+CROP_SIZE = 128  # inswapper's
 LATENT_DIM = 512
 TEMPLATE = "arcface_128"
 TARGET, SOURCE, OUTPUT = "target", "source", "output"
+INSWAPPER_128 = PROFILES["inswapper_128"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,15 +70,29 @@ def _dims_match(spec: TensorSpec, dims: tuple[int, ...]) -> bool:
             and spec.shape[0] in (1, None) and tuple(spec.shape[1:]) == dims)
 
 
-class InSwapper(OnnxModel):
-    """inswapper_128 behind the swapper role: target crop + source latent in, swapped crop out."""
+def _a(name: str) -> str:
+    """`name` with its indefinite article ("an inswapper_128", "a hyperswap_1a_256")."""
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
 
-    name = "inswapper"
+
+class InSwapper(OnnxModel):
+    """A crop swapper (inswapper_128 by default) behind the swapper role: target crop + source
+    latent in, swapped crop out. `converter`: the runtime of the profile's embedding converter
+    (simswap's crossface), when it has one."""
 
     def __init__(self, runtime: InferenceRuntime, recrop_after_paste: bool = False,
-                 full_frame_paste: bool = False) -> None:
+                 full_frame_paste: bool = False, profile: SwapperProfile = INSWAPPER_128,
+                 converter: InferenceRuntime | None = None) -> None:
         self.path = runtime.path
         super().__init__(runtime)
+        if profile.converter and converter is None:
+            raise ValueError(f"{profile.name} needs its embedding converter ({profile.converter})")
+        self.profile = profile
+        self.name = profile.family
+        self.size = profile.size
+        self.converter = converter
+        self._mean = np.asarray(profile.mean, np.float32).reshape(3, 1, 1)
+        self._inv_std = (1.0 / np.asarray(profile.std, np.float32)).reshape(3, 1, 1)
         # insightface's loop crops each face from the frame the faces before it left: a face
         # whose crop an earlier paste changed is swapped again from there (one more call).
         self.recrop_after_paste = recrop_after_paste
@@ -83,31 +104,55 @@ class InSwapper(OnnxModel):
         self._dtypes: dict[str, type[np.floating]] = {TARGET: np.float32, SOURCE: np.float32, OUTPUT: np.float32}
 
     def open(self) -> None:
-        """Load the model, check its I/O and read `emap` (the graph's last initializer)."""
-        if not self.open_runtime("an inswapper_128 ONNX file"):
+        """Load the model, check its I/O and read `emap` (the graph's last initializer) where
+        the profile's source needs it."""
+        name, size = self.profile.name, self.size
+        if not self.open_runtime(f"{_a(name)} ONNX file"):
             return
         ins = {i.name: i for i in self.runtime.inputs}
         outs = {o.name: o for o in self.runtime.outputs}
-        ok = (len(ins) == 2 and len(outs) == 1
-              and TARGET in ins and _dims_match(ins[TARGET], (3, CROP_SIZE, CROP_SIZE))
+        ok = (len(ins) == 2 and set(outs) == {OUTPUT, *self.profile.extra_outputs}
+              and TARGET in ins and _dims_match(ins[TARGET], (3, size, size))
               and SOURCE in ins and _dims_match(ins[SOURCE], (LATENT_DIM,))
-              and OUTPUT in outs and _dims_match(outs[OUTPUT], (3, CROP_SIZE, CROP_SIZE)))
+              and _dims_match(outs[OUTPUT], (3, size, size)))
         if not ok:
             self.runtime.close()
             found = (f"inputs {[(i.name, list(i.shape)) for i in self.runtime.inputs]}, "
                      f"outputs {[(o.name, list(o.shape)) for o in self.runtime.outputs]}")
+            extra = "".join(f" and {o}" for o in self.profile.extra_outputs)
             raise EngineError(
-                f"model file {str(self.path)!r} is not an inswapper_128 model: expected inputs "
-                f"target [1,3,{CROP_SIZE},{CROP_SIZE}] and source [1,{LATENT_DIM}] and output "
-                f"output [1,3,{CROP_SIZE},{CROP_SIZE}], found {found}")
-        self.emap = self._read_emap()
+                f"model file {str(self.path)!r} is not {_a(name)} model: expected inputs "
+                f"target [1,3,{size},{size}] and source [1,{LATENT_DIM}] and output "
+                f"output [1,3,{size},{size}]{extra}, found {found}")
+        if self.profile.source == "emap":
+            self.emap = self._read_emap()
+        if self.converter is not None:
+            self._open_converter()
         dynamic = ins[TARGET].shape[0] is None and ins[SOURCE].shape[0] is None
         self.batch = None if dynamic else 1
         # The fp16 export keeps float32 I/O; a pure-fp16 one gets its feeds cast.
         specs = {**ins, **outs}
         self._dtypes = {name: np.float16 if specs[name].dtype == "tensor(float16)" else np.float32
                         for name in (TARGET, SOURCE, OUTPUT)}
-        log.info("%s: inswapper, batch %s", self.path.name, "dynamic" if self.batch is None else self.batch)
+        log.info("%s: %s, batch %s", self.path.name, name, "dynamic" if self.batch is None else self.batch)
+
+    def _open_converter(self) -> None:
+        """The embedding converter: one [N,512] input, one [N,512] output."""
+        conv = self.converter
+        assert conv is not None
+        if conv.is_open:
+            return
+        what = _a(self.profile.converter or "converter")
+        conv.open_expecting(f"{what} ONNX file")
+        ins, outs = conv.inputs, conv.outputs
+        if not (len(ins) == 1 and len(outs) >= 1 and _dims_match(ins[0], (LATENT_DIM,))
+                and _dims_match(outs[0], (LATENT_DIM,))):
+            conv.close()
+            self.runtime.close()
+            found = (f"inputs {[(i.name, list(i.shape)) for i in ins]}, "
+                     f"outputs {[(o.name, list(o.shape)) for o in outs]}")
+            raise EngineError(f"model file {str(conv.path)!r} is not {what} model: expected "
+                              f"one input [1,{LATENT_DIM}] and an output [1,{LATENT_DIM}], found {found}")
 
     def _read_emap(self) -> npt.NDArray[np.float32]:
         import onnx
@@ -130,7 +175,9 @@ class InSwapper(OnnxModel):
     # ---- source: once per source face ----
 
     def prepare_source(self, embedding: npt.NDArray[np.floating]) -> Latent:
-        """The model's `source` input for a raw ArcFace embedding: (1, 512) float32.
+        """The model's `source` input for a raw ArcFace embedding: (1, 512) float32. inswapper:
+        the normalised embedding @ emap, normalised again (insightface); hyperswap: the
+        normalised embedding; simswap: the converter's output for the raw embedding, normalised.
 
         Depends on the source face only: compute it once per source and cache it.
         """
@@ -139,7 +186,15 @@ class InSwapper(OnnxModel):
         emb = np.asarray(embedding, dtype=np.float32).ravel()
         if emb.shape != (LATENT_DIM,):
             raise ValueError(f"expected a {LATENT_DIM}-d embedding, got shape {emb.shape}")
+        if self.profile.source == "converted":
+            assert self.converter is not None
+            name = self.converter.inputs[0].name
+            out = self.converter.run({name: emb.reshape(1, -1)})
+            latent = np.asarray(next(iter(out.values())), np.float32).reshape(1, -1)
+            return latent / np.linalg.norm(latent)
         latent = (emb / np.linalg.norm(emb)).reshape((1, -1))
+        if self.profile.source == "normed":
+            return latent.astype(np.float32)
         latent = np.dot(latent, self.emap)
         latent /= np.linalg.norm(latent)
         return latent
@@ -148,21 +203,27 @@ class InSwapper(OnnxModel):
 
     def prepare_crop(self, frame_bgr: ImageBGR,
                      kps5: npt.NDArray[np.floating] | Face) -> tuple[Blob, Affine]:
-        """The `target` blob (1, 3, 128, 128), RGB in [0,1], and the frame->crop matrix M."""
-        blob = np.empty((1, 3, CROP_SIZE, CROP_SIZE), np.float32)
+        """The `target` blob (1, 3, S, S), normalised as the profile says, and the frame->crop
+        matrix M."""
+        blob = np.empty((1, 3, self.size, self.size), np.float32)
         return blob, self.prepare_crop_into(frame_bgr, kps5, blob[0])
 
-    @staticmethod
-    def prepare_crop_into(frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
+    def prepare_crop_into(self, frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
                           row: npt.NDArray[np.floating]) -> Affine:
-        """Write one face's `target` blob into `row` (3, 128, 128) in place; returns M."""
-        M = estimate_norm(as_kps5(kps5), CROP_SIZE, TEMPLATE)
-        crop = warp_crop(frame_bgr, M, CROP_SIZE)
+        """Write one face's `target` blob into `row` (3, S, S) in place; returns M."""
+        M = estimate_norm(as_kps5(kps5), self.size, self.profile.template)
+        self.blob_into(warp_crop(frame_bgr, M, self.size), row)
+        return M
+
+    def blob_into(self, crop: ImageBGR, row: npt.NDArray[np.floating]) -> None:
+        """A BGR crop as the model's input, written into `row` (3, S, S)."""
         # insightface's cv2.dnn.blobFromImage(crop, 1/255, swapRB=True), without a new array:
         # a float32 product with float32(1/255) is bit-identical to it for every uint8 value.
         np.multiply(crop[:, :, ::-1].transpose(2, 0, 1), np.float32(1.0 / 255.0), out=row,
                     dtype=np.float32, casting="unsafe")
-        return M
+        if not self.profile.plain_input:
+            row -= self._mean
+            row *= self._inv_std
 
     def forward_blob(self, blob: Blob, latent: Latent) -> npt.NDArray[np.floating]:
         """Run the model: `output` (N, 3, 128, 128) for N target blobs and N (or 1) latents."""
@@ -179,12 +240,14 @@ class InSwapper(OnnxModel):
         return np.concatenate([self.runtime.run({TARGET: tgt[i:i + 1], SOURCE: src[i:i + 1]}, [OUTPUT])[OUTPUT]
                                for i in range(n)])
 
-    @staticmethod
-    def decode_output(pred: npt.NDArray[np.floating]) -> list[ImageBGR]:
-        """Model output to 128x128 BGR uint8 crops: x 255, clip, truncate (as insightface)."""
+    def decode_output(self, pred: npt.NDArray[np.floating]) -> list[ImageBGR]:
+        """Model output to S x S BGR uint8 crops: x 255, clip, truncate (as insightface); an
+        output in -1..1 (hyperswap) is first brought to 0..1 (x * 0.5 + 0.5)."""
         out = []
         for one in pred:
             rgb = one.transpose((1, 2, 0))
+            if self.profile.signed_output:
+                rgb = rgb * np.float32(0.5) + np.float32(0.5)
             out.append(np.ascontiguousarray(np.clip(255 * rgb, 0, 255).astype(np.uint8)[:, :, ::-1]))
         return out
 
@@ -229,7 +292,7 @@ class InSwapper(OnnxModel):
         if not self.runtime.is_open:
             self.open()
         rows = max(1, max_faces)
-        crop = (rows, 3, CROP_SIZE, CROP_SIZE)
+        crop = (rows, 3, self.size, self.size)
         return BatchSpec(inputs={TARGET: (crop, np.dtype(self._dtypes[TARGET])),
                                  SOURCE: ((rows, LATENT_DIM), np.dtype(self._dtypes[SOURCE]))},
                          outputs={OUTPUT: (crop, np.dtype(self._dtypes[OUTPUT]))})
@@ -256,7 +319,7 @@ class InSwapper(OnnxModel):
         there (engines.backends.bound_outputs), else it is the runtime's own array."""
         n = batch.count
         if n == 0:
-            return np.empty((0, 3, CROP_SIZE, CROP_SIZE), np.float32)
+            return np.empty((0, 3, self.size, self.size), np.float32)
         if not self.runtime.is_open:
             self.open()
         tgt, src = inputs[TARGET][:n], inputs[SOURCE][:n]
@@ -314,21 +377,19 @@ class InSwapper(OnnxModel):
                                latent: Latent) -> ImageBGR:
         """`crop`, or the face swapped again when its input crop from the running frame differs
         from the one the batch was made from."""
-        now = warp_crop(running, M, CROP_SIZE)
-        if np.array_equal(now, warp_crop(frame_bgr, M, CROP_SIZE)):
+        now = warp_crop(running, M, self.size)
+        if np.array_equal(now, warp_crop(frame_bgr, M, self.size)):
             return crop
-        blob = np.empty((1, 3, CROP_SIZE, CROP_SIZE), np.float32)
-        np.multiply(now[:, :, ::-1].transpose(2, 0, 1), np.float32(1.0 / 255.0), out=blob[0],
-                    dtype=np.float32, casting="unsafe")
+        blob = np.empty((1, 3, self.size, self.size), np.float32)
+        self.blob_into(now, blob[0])
         return self.decode_output(self.forward_blob(blob, latent))[0]
 
     # ---- paste-back, on the face's region only ----
 
-    @staticmethod
-    def prepare_region(frame_shape: tuple[int, ...], M: Affine) -> tuple[int, int, int, int] | None:
-        """The frame rectangle (x0, y0, x1, y1) that insightface's paste-back of a 128 px crop
-        can change (`engines.models.paste.paste_region`)."""
-        return paste_region(frame_shape, M, CROP_SIZE)
+    def prepare_region(self, frame_shape: tuple[int, ...], M: Affine) -> tuple[int, int, int, int] | None:
+        """The frame rectangle (x0, y0, x1, y1) that insightface's paste-back of the crop can
+        change (`engines.models.paste.paste_region`)."""
+        return paste_region(frame_shape, M, self.size)
 
     def blend_crop(self, frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine) -> SwapResult | None:
         """Blend a swapped crop into a copy of the face's region, with insightface's soft mask.
@@ -346,7 +407,7 @@ class InSwapper(OnnxModel):
         IM = cv2.invertAffineTransform(M)
         # The full-frame warp's own sample coordinates, for the region's pixels only: the
         # result equals insightface's full-frame paste restricted to the region.
-        fake, white = warp_affine_region(IM, region, [(crop_bgr, 0.0), (white_square(CROP_SIZE), 0.0)])
+        fake, white = warp_affine_region(IM, region, [(crop_bgr, 0.0), (white_square(self.size), 0.0)])
         mask = prepare_paste_mask(white)
         if mask is None:
             return None  # the crop only grazes the frame: nothing insightface would keep
@@ -356,8 +417,7 @@ class InSwapper(OnnxModel):
         valid = np.where(mask > 0, np.uint8(255), np.uint8(0))
         return SwapResult(region=region, patch=patch, valid=valid)
 
-    @staticmethod
-    def _blend_full_frame(frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine) -> SwapResult | None:
+    def _blend_full_frame(self, frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine) -> SwapResult | None:
         """insightface's paste-back as its `INSwapper.get` runs it: the crop and a white square
         warped into the whole frame, the mask thresholded, eroded and blurred there, then
         blended. The result is cut to the pixels the mask weighs (its bounding box): the
@@ -365,7 +425,7 @@ class InSwapper(OnnxModel):
         h, w = frame_bgr.shape[:2]
         IM = cv2.invertAffineTransform(M)
         fake = cv2.warpAffine(crop_bgr, IM, (w, h), borderValue=0.0)
-        mask = prepare_paste_mask(cv2.warpAffine(white_square(CROP_SIZE), IM, (w, h), borderValue=0.0))
+        mask = prepare_paste_mask(cv2.warpAffine(white_square(self.size), IM, (w, h), borderValue=0.0))
         if mask is None:
             return None
         weighed = mask > 0

@@ -7,6 +7,7 @@ import json
 from engines.backends.addresses import normalize_url, split_urls
 from engines.backends.base import parse_size
 from engines.backends.registry import RUNTIMES
+from engines.models.swappers import SWAPPER_NAMES
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
 from stream.server.guard import HEADER_TIMEOUT_S, KEEPALIVE_TIMEOUT_S, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT
@@ -34,6 +35,9 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
     g.add_argument("--models-dir", metavar="DIR",
                    help="folder of the neural model files (searched before $FACESTREAM_MODELS and "
                         "the per-user folder; see `facestream models`)")
+    g.add_argument("--swapper", choices=SWAPPER_NAMES, metavar="NAME",
+                   help=f"the neural swapper (models.swapper; default inswapper_128): {', '.join(SWAPPER_NAMES)}; "
+                        f"`facestream models fetch NAME` gets its file")
     if server:  # every browser brings its own faces: no reference photos here
         g.add_argument("--select", choices=SERVER_SELECT_MODES,
                        help="which faces of each camera to swap: all (default) or the largest")
@@ -326,6 +330,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "engine": args.engine, "select.mode": args.select, "swap.blend": args.blend,
         "detect.every": args.detect_every, "pipeline.max_faces": args.max_faces,
         "encode.preset": args.x264_preset, "encode.crf": args.crf, "models.dir": args.models_dir,
+        "models.swapper": getattr(args, "swapper", None),
         "enhance.every": args.enhance_every, "enhance.enabled": True if args.enhance else None,
         "runtime.max_vram": _size("--max-vram", args.max_vram),
     }

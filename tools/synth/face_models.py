@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = 17
 
 
-def _save(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
+def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
     model.ir_version = 8  # readable by every onnxruntime we support
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
@@ -54,7 +54,7 @@ def make_arcface(path: str | os.PathLike[str], seed: int = 0, size: int = 112, d
         [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["N", 3, size, size])],
         [helper.make_tensor_value_info("683", TensorProto.FLOAT, ["N", dim])],
         inits)
-    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)]), path)
+    return save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)]), path)
 
 
 def make_inswapper(path: str | os.PathLike[str], seed: int = 0, batch: int | None = 1,
@@ -107,4 +107,4 @@ def make_inswapper(path: str | os.PathLike[str], seed: int = 0, batch: int | Non
          helper.make_tensor_value_info(s_name, TensorProto.FLOAT, [n, 512])],
         [helper.make_tensor_value_info(o_name, TensorProto.FLOAT, [n, 3, 128, 128])],
         inits)
-    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)]), path)
+    return save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)]), path)
