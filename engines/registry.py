@@ -38,6 +38,7 @@ class ModelSettings(Protocol):
     detect_size: int  # SCRFD's square input size
     recrop_after_paste: bool  # faces that meet: each crop from the frame the ones before it left
     full_frame_paste: bool  # insightface's paste over the whole frame, not the face's region
+    pixel_boost: int  # the swapper's crop, in pixels (0: the model's own size)
 
 
 @dataclass
@@ -159,6 +160,7 @@ def _build_neural(detect: DetectSettings, swap: ClassicalOptions, models: ModelS
         swapper=InSwapperSwapper(InSwapper(runtime(paths["swapper"]),
                                            recrop_after_paste=models.recrop_after_paste,
                                            full_frame_paste=models.full_frame_paste, profile=swapper_profile,
+                                           pixel_boost=models.pixel_boost,
                                            converter=runtime(paths["converter"]) if "converter" in paths else None),
                                  embedder),
         photo_detector=_photo_detector(),

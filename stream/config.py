@@ -233,6 +233,10 @@ class ModelsConfig:
     # its loop on every CPU, a full-frame pass per face); false: on the face's region only (within
     # 2 grey levels of that, exact where this CPU's OpenCV allows: engines/geometry/region_warp.py).
     full_frame_paste: bool = False
+    # Pixel boost: the swapper run on a crop this many pixels wide, as tiles of its own size
+    # (a multiple of the model's size, up to 1024: inswapper 256 = 4 calls a face, 512 = 16);
+    # 0: the model's own size (engines/models/pixel_boost.py).
+    pixel_boost: int = 0
 
     def __post_init__(self) -> None:
         _check(self.detect_size >= 32 and self.detect_size % 32 == 0,
@@ -241,6 +245,14 @@ class ModelsConfig:
                f"models.recrop_after_paste must be true or false, got {self.recrop_after_paste!r}")
         _check(isinstance(self.full_frame_paste, bool),
                f"models.full_frame_paste must be true or false, got {self.full_frame_paste!r}")
+        from engines.models.pixel_boost import boost_factor
+        from engines.models.swappers import profile
+
+        try:
+            swapper = profile(self.swapper)
+            boost_factor(self.pixel_boost, swapper.size, swapper.name)
+        except ValueError as exc:
+            _check(False, f"models: {exc}")
 
 
 @dataclass

@@ -18,6 +18,7 @@ from engines.backends.registry import runtime_factory
 from engines.errors import EngineError
 from engines.geometry.face_align import TEMPLATES, estimate_norm, warp_crop
 from engines.models.inswapper import InSwapper
+from engines.models.pixel_boost import explode, implode
 from engines.models.swappers import PROFILES, profile
 from stream.cli.main import main
 from stream.runtime.allocator import PinnedAllocator
@@ -31,6 +32,7 @@ from tests.fixtures import (
     probe,
 )
 from tests.fixtures.fake_tensorrt import V10, V11, install_fake_gpu
+from tools.synth.swappers import make_crop_swapper
 
 # Five points of a face in a 640x480 frame.
 KPS5 = np.array([[290.0, 210.0], [350.0, 208.0], [321.0, 245.0], [297.0, 280.0], [345.0, 279.0]], np.float32)
@@ -214,3 +216,80 @@ def test_the_swappers_run_on_the_tensorrt_stand_ins_as_on_onnx_runtime(
             crops.append(crop)
         assert isinstance(swapper.runtime, OrtRuntime)
         np.testing.assert_array_equal(crops[0], crops[1])
+
+
+# -- pixel boost ----------------------------------------------------------------------------
+
+def test_tiles_are_the_crops_strided_samples_and_put_back_exactly() -> None:
+    crop = np.random.default_rng(1).integers(0, 256, (512, 512, 3), dtype=np.uint8)
+    tiles = implode(crop, 4)
+    assert tiles.shape == (16, 128, 128, 3)
+    for a in range(4):
+        for b in range(4):
+            np.testing.assert_array_equal(tiles[a * 4 + b], crop[a::4, b::4])
+    np.testing.assert_array_equal(explode(tiles, 4), crop)
+
+
+@pytest.mark.parametrize("name, boost", [("inswapper_128", 256), ("hyperswap_1a_256", 512)])
+def test_a_boosted_crop_is_cut_into_model_sized_tiles(name: str, boost: int, folder: Path,
+                                                      frame: np.ndarray) -> None:
+    p = profile(name)
+    swapper = InSwapper(OrtRuntime(model_file(name, folder)), profile=p, pixel_boost=boost)
+    swapper.open()
+    k = boost // p.size
+    blob, M = swapper.prepare_crop(frame, KPS5)
+    assert blob.shape == (k * k, 3, p.size, p.size)
+    np.testing.assert_array_equal(M, estimate_norm(KPS5, boost, p.template))  # aligned at the boosted size
+    big = warp_crop(frame, M, boost)
+    for t, tile in enumerate(implode(big, k)):
+        rgb = tile[:, :, ::-1].astype(np.float64) / 255.0
+        want = ((rgb - np.array(p.mean)) / np.array(p.std)).transpose(2, 0, 1)
+        np.testing.assert_allclose(blob[t], want, atol=2e-6)
+
+
+def test_a_boosted_swap_puts_the_swapped_tiles_back_into_the_whole_crop(tmp_path: Path, frame: np.ndarray) -> None:
+    """An identity model in hyperswap's I/O: the boosted swap of a face is its own 512 crop
+    (the tiles' normalisation, the output's range and the interleaving all undone exactly
+    but for the output's truncation), at one model call per tile."""
+    path = make_crop_swapper(tmp_path / "hyperswap_1a_256.onnx", 256, mask=True, signed=True, identity=True)
+    swapper = InSwapper(OrtRuntime(path), profile=profile("hyperswap_1a_256"), pixel_boost=512)
+    swapper.open()
+    latent = swapper.prepare_source(np.ones(512, np.float32))
+    crop, M = swapper.forward_crop(frame, KPS5, latent)
+    assert crop.shape == (512, 512, 3) and swapper.calls == 4  # a batch-1 export: a call per tile
+    assert np.abs(crop.astype(int) - warp_crop(frame, M, 512).astype(int)).max() <= 1
+    result = swapper.forward(frame, KPS5, latent)
+    assert result is not None
+    plain = InSwapper(OrtRuntime(path), profile=profile("hyperswap_1a_256"))
+    plain.open()
+    unboosted = plain.prepare_region(frame.shape, estimate_norm(KPS5, 256, "arcface_128"))
+    assert unboosted is not None  # the same footprint in the frame as without the boost (to the column grid)
+    assert abs((result.region[2] - result.region[0]) - (unboosted[2] - unboosted[0])) <= 64
+
+
+@pytest.mark.parametrize("boost, says", [
+    (300, "pixel boost 300: inswapper_128 takes 128, 256, 384, 512, 640, 768, 896, 1024"),
+    (2048, "pixel boost 2048"),
+])
+def test_a_pixel_boost_that_does_not_fit_is_one_line(boost: int, says: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    assert main(["swap", "--pixel-boost", str(boost), "--source", "x.jpg", "--input", "y.mp4",
+                 "--output", str(tmp_path / "o.mp4")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and says in err
+
+
+@pytest.mark.slow
+def test_swap_with_pixel_boost_calls_the_model_per_tile(face_clip: Path, source_photo: Path, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    build_scrfd_model(models / "det_10g.onnx", seed=3)
+    make_arcface(models / "w600k_r50.onnx", seed=4)
+    make_inswapper(models / "inswapper_128.onnx", seed=5)
+    out, stats = tmp_path / "out.mp4", tmp_path / "stats.json"
+    assert main(["swap", "--engine", "neural", "--pixel-boost", "256", "--models-dir", str(models),
+                 "--source", str(source_photo), "--input", str(face_clip), "--output", str(out),
+                 "--x264-preset", "ultrafast", "--stats-json", str(stats), "-q"]) == 0
+    rep = json.loads(stats.read_text())
+    assert rep["faces_swapped"] > 0 and rep["model_calls"]["swap"] == 4 * rep["faces_swapped"]
+    assert probe(out)["frames"] > 0

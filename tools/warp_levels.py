@@ -75,7 +75,7 @@ def paste_times(repeat: int) -> dict[str, float]:
     s = 128 / 110
     M = np.array([[s, 0.1, -500 * s], [-0.1, s, -300 * s]])  # frame -> crop, a face at (500, 300)
     swapper = InSwapper.__new__(InSwapper)  # only the paste-back is timed: no model file
-    swapper.size = 128  # inswapper's crop
+    swapper.size = swapper.crop_size = 128  # inswapper's crop
 
     def median_ms() -> float:
         samples = []

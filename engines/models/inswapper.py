@@ -34,6 +34,7 @@ from engines.geometry.face_align import Affine, as_kps5, estimate_norm, warp_cro
 from engines.geometry.region_warp import warp_affine_region
 from engines.models.base import OnnxModel
 from engines.models.paste import paste_region, prepare_paste_mask, rects_meet, white_square
+from engines.models.pixel_boost import boost_factor, explode, implode
 from engines.models.swappers import PROFILES, SwapperProfile
 from engines.protocols import BatchSpec
 
@@ -82,14 +83,19 @@ class InSwapper(OnnxModel):
 
     def __init__(self, runtime: InferenceRuntime, recrop_after_paste: bool = False,
                  full_frame_paste: bool = False, profile: SwapperProfile = INSWAPPER_128,
-                 converter: InferenceRuntime | None = None) -> None:
+                 converter: InferenceRuntime | None = None, pixel_boost: int = 0) -> None:
         self.path = runtime.path
         super().__init__(runtime)
         if profile.converter and converter is None:
             raise ValueError(f"{profile.name} needs its embedding converter ({profile.converter})")
         self.profile = profile
         self.name = profile.family
-        self.size = profile.size
+        self.size = profile.size  # the model's input and output
+        # Pixel boost (engines/models/pixel_boost.py): the face cropped at k times the model's
+        # size and swapped as k*k tiles; the paste-back works on the whole crop.
+        self.boost = boost_factor(pixel_boost, profile.size, profile.name)
+        self.tiles = self.boost * self.boost
+        self.crop_size = profile.size * self.boost
         self.converter = converter
         self._mean = np.asarray(profile.mean, np.float32).reshape(3, 1, 1)
         self._inv_std = (1.0 / np.asarray(profile.std, np.float32)).reshape(3, 1, 1)
@@ -203,17 +209,32 @@ class InSwapper(OnnxModel):
 
     def prepare_crop(self, frame_bgr: ImageBGR,
                      kps5: npt.NDArray[np.floating] | Face) -> tuple[Blob, Affine]:
-        """The `target` blob (1, 3, S, S), normalised as the profile says, and the frame->crop
-        matrix M."""
-        blob = np.empty((1, 3, self.size, self.size), np.float32)
-        return blob, self.prepare_crop_into(frame_bgr, kps5, blob[0])
+        """The `target` blob (T, 3, S, S) (T = 1, or the pixel boost's tiles), normalised as the
+        profile says, and the frame->crop matrix M."""
+        blob = np.empty((self.tiles, 3, self.size, self.size), np.float32)
+        return blob, self.prepare_crop_into(frame_bgr, kps5, blob)
 
     def prepare_crop_into(self, frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
-                          row: npt.NDArray[np.floating]) -> Affine:
-        """Write one face's `target` blob into `row` (3, S, S) in place; returns M."""
-        M = estimate_norm(as_kps5(kps5), self.size, self.profile.template)
-        self.blob_into(warp_crop(frame_bgr, M, self.size), row)
+                          rows: npt.NDArray[np.floating]) -> Affine:
+        """Write one face's `target` blob into `rows` (T, 3, S, S) in place; returns M."""
+        M = estimate_norm(as_kps5(kps5), self.crop_size, self.profile.template)
+        self.blobs_into(warp_crop(frame_bgr, M, self.crop_size), rows)
         return M
+
+    def blobs_into(self, crop: ImageBGR, rows: npt.NDArray[np.floating]) -> None:
+        """A face's BGR crop as the model's T input rows (its pixel boost's tiles)."""
+        if self.boost == 1:
+            self.blob_into(crop, rows[0])
+            return
+        for tile, row in zip(implode(crop, self.boost), rows):
+            self.blob_into(tile, row)
+
+    def crops_of(self, tiles: list[ImageBGR]) -> list[ImageBGR]:
+        """Decoded model outputs, T per face, as one crop per face (the tiles put back)."""
+        if self.boost == 1:
+            return tiles
+        k, t = self.boost, self.tiles
+        return [explode(np.stack(tiles[i:i + t]), k) for i in range(0, len(tiles), t)]
 
     def blob_into(self, crop: ImageBGR, row: npt.NDArray[np.floating]) -> None:
         """A BGR crop as the model's input, written into `row` (3, S, S)."""
@@ -255,7 +276,7 @@ class InSwapper(OnnxModel):
                      latent: Latent) -> tuple[ImageBGR, Affine]:
         """The swapped 128x128 BGR crop and M: insightface's `get(..., paste_back=False)`."""
         blob, M = self.prepare_crop(frame_bgr, kps5)
-        return self.decode_output(self.forward_blob(blob, latent))[0], M
+        return self.crops_of(self.decode_output(self.forward_blob(blob, latent)))[0], M
 
     def forward(self, frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
                 latent: Latent) -> SwapResult | None:
@@ -291,7 +312,7 @@ class InSwapper(OnnxModel):
         in the model's own I/O types."""
         if not self.runtime.is_open:
             self.open()
-        rows = max(1, max_faces)
+        rows = max(1, max_faces) * self.tiles
         crop = (rows, 3, self.size, self.size)
         return BatchSpec(inputs={TARGET: (crop, np.dtype(self._dtypes[TARGET])),
                                  SOURCE: ((rows, LATENT_DIM), np.dtype(self._dtypes[SOURCE]))},
@@ -304,20 +325,23 @@ class InSwapper(OnnxModel):
         if len(kps5_list) != len(latents):
             raise ValueError(f"{len(kps5_list)} faces but {len(latents)} latents")
         tgt, src = inputs[TARGET], inputs[SOURCE]
-        if len(kps5_list) > min(tgt.shape[0], src.shape[0]):
-            raise ValueError(f"{len(kps5_list)} faces but the batch buffers hold {min(tgt.shape[0], src.shape[0])}")
+        t = self.tiles
+        if len(kps5_list) * t > min(tgt.shape[0], src.shape[0]):
+            raise ValueError(f"{len(kps5_list)} faces but the batch buffers hold "
+                             f"{min(tgt.shape[0], src.shape[0]) // t}")
         affines = []
         for i, (kps5, latent) in enumerate(zip(kps5_list, latents)):
-            affines.append(self.prepare_crop_into(frame_bgr, kps5, tgt[i]))
-            src[i] = np.asarray(latent, np.float32).reshape(-1)
+            affines.append(self.prepare_crop_into(frame_bgr, kps5, tgt[i * t:(i + 1) * t]))
+            src[i * t:(i + 1) * t] = np.asarray(latent, np.float32).reshape(1, -1)
         return InSwapBatch(tuple(affines), tuple(latents))
 
     def forward_batch(self, batch: InSwapBatch, inputs: Mapping[str, np.ndarray],
                       outputs: Mapping[str, np.ndarray]) -> npt.NDArray[np.floating]:
         """The model on the prepared rows: one call for the batch (one per face for a batch-1
         export). The output is written into `outputs[OUTPUT]` where the runtime can write
-        there (engines.backends.bound_outputs), else it is the runtime's own array."""
-        n = batch.count
+        there (engines.backends.bound_outputs), else it is the runtime's own array. With a
+        pixel boost each face is T rows (its tiles)."""
+        n = batch.count * self.tiles
         if n == 0:
             return np.empty((0, 3, self.size, self.size), np.float32)
         if not self.runtime.is_open:
@@ -354,7 +378,7 @@ class InSwapper(OnnxModel):
         every face after the first is blended onto the running frame, met or not: no pixel
         of the result then rests on the region bound.
         """
-        crops = self.decode_output(pred[:batch.count])
+        crops = self.crops_of(self.decode_output(pred[:batch.count * self.tiles]))
         results: list[SwapResult | None] = []
         running: ImageBGR | None = None  # the frame with the results so far pasted, once two meet
         for k, (crop, M) in enumerate(zip(crops, batch.affines)):
@@ -377,19 +401,19 @@ class InSwapper(OnnxModel):
                                latent: Latent) -> ImageBGR:
         """`crop`, or the face swapped again when its input crop from the running frame differs
         from the one the batch was made from."""
-        now = warp_crop(running, M, self.size)
-        if np.array_equal(now, warp_crop(frame_bgr, M, self.size)):
+        now = warp_crop(running, M, self.crop_size)
+        if np.array_equal(now, warp_crop(frame_bgr, M, self.crop_size)):
             return crop
-        blob = np.empty((1, 3, self.size, self.size), np.float32)
-        self.blob_into(now, blob[0])
-        return self.decode_output(self.forward_blob(blob, latent))[0]
+        blob = np.empty((self.tiles, 3, self.size, self.size), np.float32)
+        self.blobs_into(now, blob)
+        return self.crops_of(self.decode_output(self.forward_blob(blob, latent)))[0]
 
     # ---- paste-back, on the face's region only ----
 
     def prepare_region(self, frame_shape: tuple[int, ...], M: Affine) -> tuple[int, int, int, int] | None:
         """The frame rectangle (x0, y0, x1, y1) that insightface's paste-back of the crop can
         change (`engines.models.paste.paste_region`)."""
-        return paste_region(frame_shape, M, self.size)
+        return paste_region(frame_shape, M, self.crop_size)
 
     def blend_crop(self, frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine) -> SwapResult | None:
         """Blend a swapped crop into a copy of the face's region, with insightface's soft mask.
@@ -407,7 +431,7 @@ class InSwapper(OnnxModel):
         IM = cv2.invertAffineTransform(M)
         # The full-frame warp's own sample coordinates, for the region's pixels only: the
         # result equals insightface's full-frame paste restricted to the region.
-        fake, white = warp_affine_region(IM, region, [(crop_bgr, 0.0), (white_square(self.size), 0.0)])
+        fake, white = warp_affine_region(IM, region, [(crop_bgr, 0.0), (white_square(self.crop_size), 0.0)])
         mask = prepare_paste_mask(white)
         if mask is None:
             return None  # the crop only grazes the frame: nothing insightface would keep
@@ -425,7 +449,7 @@ class InSwapper(OnnxModel):
         h, w = frame_bgr.shape[:2]
         IM = cv2.invertAffineTransform(M)
         fake = cv2.warpAffine(crop_bgr, IM, (w, h), borderValue=0.0)
-        mask = prepare_paste_mask(cv2.warpAffine(white_square(self.size), IM, (w, h), borderValue=0.0))
+        mask = prepare_paste_mask(cv2.warpAffine(white_square(self.crop_size), IM, (w, h), borderValue=0.0))
         if mask is None:
             return None
         weighed = mask > 0

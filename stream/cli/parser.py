@@ -38,6 +38,9 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
     g.add_argument("--swapper", choices=SWAPPER_NAMES, metavar="NAME",
                    help=f"the neural swapper (models.swapper; default inswapper_128): {', '.join(SWAPPER_NAMES)}; "
                         f"`facestream models fetch NAME` gets its file")
+    g.add_argument("--pixel-boost", type=int, metavar="SIZE",
+                   help="swap at SIZE px, as tiles of the swapper's own size (models.pixel_boost; a multiple "
+                        "of it up to 1024: inswapper 256 costs 4 model calls a face, 512 16)")
     if server:  # every browser brings its own faces: no reference photos here
         g.add_argument("--select", choices=SERVER_SELECT_MODES,
                        help="which faces of each camera to swap: all (default) or the largest")
@@ -330,7 +333,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "engine": args.engine, "select.mode": args.select, "swap.blend": args.blend,
         "detect.every": args.detect_every, "pipeline.max_faces": args.max_faces,
         "encode.preset": args.x264_preset, "encode.crf": args.crf, "models.dir": args.models_dir,
-        "models.swapper": getattr(args, "swapper", None),
+        "models.swapper": getattr(args, "swapper", None), "models.pixel_boost": getattr(args, "pixel_boost", None),
         "enhance.every": args.enhance_every, "enhance.enabled": True if args.enhance else None,
         "runtime.max_vram": _size("--max-vram", args.max_vram),
     }

@@ -15,12 +15,13 @@ from tools.synth.face_models import OPSET, save_model
 
 
 def make_crop_swapper(path: str | os.PathLike[str], size: int, *, mask: bool = False, signed: bool = False,
-                      batch: int | None = 1, seed: int = 0) -> Path:
+                      batch: int | None = 1, seed: int = 0, identity: bool = False) -> Path:
     """A swapper of the crop-and-vector shape: output = target * gain + shift, where the gain
     (0.5..1.5) comes from the source vector (a 16x16 map, upsampled to the crop) and `shift`
     moves the result into the output range: 0 for a 0..1 output fed 0..1, or `signed` for an
     input and output in -1..1 (then clipped to -1..1; else to 0..1). With `mask`, a second
-    output `mask` [N,1,S,S] (hyperswap's export has one)."""
+    output `mask` [N,1,S,S] (hyperswap's export has one). `identity`: a gain of exactly 1, so
+    the output is the input (clipped): a round trip through the normalisation and the tiles."""
     rng = np.random.default_rng(seed)
     w = (0.05 * rng.standard_normal((512, 16 * 16))).astype(np.float32)
     lo, hi = (-1.0, 1.0) if signed else (0.0, 1.0)
@@ -31,13 +32,18 @@ def make_crop_swapper(path: str | os.PathLike[str], size: int, *, mask: bool = F
         numpy_helper.from_array(np.array(0.5, np.float32), "half"),
         numpy_helper.from_array(np.array(lo, np.float32), "lo"),
         numpy_helper.from_array(np.array(hi, np.float32), "hi"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
     ]
     nodes = [
         helper.make_node("MatMul", ["source", "style_w"], ["style"]),
         helper.make_node("Reshape", ["style", "gate_shape"], ["gate16"]),
         helper.make_node("Resize", ["gate16", "", "up_scales"], ["gate"], mode="nearest"),
         helper.make_node("Sigmoid", ["gate"], ["sig"]),
-        helper.make_node("Add", ["sig", "half"], ["gain"]),  # 0.5 .. 1.5
+        helper.make_node("Add", ["sig", "half"], ["gain_"]),  # 0.5 .. 1.5
+        *([helper.make_node("Mul", ["gain_", "zero"], ["gain0"]),  # the source still reaches the output
+           helper.make_node("Add", ["gain0", "one"], ["gain"])] if identity else
+          [helper.make_node("Identity", ["gain_"], ["gain"])]),
         helper.make_node("Mul", ["target", "gain"], ["raw"]),
         helper.make_node("Clip", ["raw", "lo", "hi"], ["output"]),
     ]
