@@ -75,7 +75,7 @@ class ModelEntry:
 
     name: str
     file: str
-    kind: str  # detector | embedder | swapper | converter | landmarker | enhancer
+    kind: str  # detector | embedder | swapper | converter | landmarker | enhancer | occluder | parser
     contract: str
     licence: str = ""
     size: int | None = None
@@ -133,6 +133,19 @@ CATALOG: dict[str, ModelEntry] = {e.name: e for e in (
     ModelEntry("crossface_simswap", "crossface_simswap.onnx", "converter",
                "input [1,512] ArcFace w600k_r50 embedding -> output [1,512] in SimSwap's embedding space",
                "OpenRAIL-MS (FaceFusion's crossface)", None, facefusion("models-3.4.0", "crossface_simswap.onnx")),
+    ModelEntry("xseg_1", "xseg_1.onnx", "occluder",
+               "input [1,256,256,3] BGR 0..1 -> [1,256,256,1], 1 where the face is seen",
+               "GPL-3.0 (DeepFaceLab's XSeg)", None, facefusion("models-3.1.0", "xseg_1.onnx", crc32="f207afe3")),
+    ModelEntry("xseg_2", "xseg_2.onnx", "occluder", "as xseg_1", "GPL-3.0 (DeepFaceLab's XSeg)", None,
+               facefusion("models-3.1.0", "xseg_2.onnx")),
+    ModelEntry("xseg_3", "xseg_3.onnx", "occluder", "as xseg_1", "GPL-3.0 (DeepFaceLab's XSeg)", None,
+               facefusion("models-3.2.0", "xseg_3.onnx")),
+    ModelEntry("bisenet_resnet_34", "bisenet_resnet_34.onnx", "parser",
+               "input [1,3,512,512] RGB (x/255-ImageNet mean)/std -> [1,19,512,512] CelebAMask-HQ class logits",
+               "MIT (face-parsing BiSeNet)", None, facefusion("models-3.0.0", "bisenet_resnet_34.onnx")),
+    ModelEntry("bisenet_resnet_18", "bisenet_resnet_18.onnx", "parser", "as bisenet_resnet_34",
+               "MIT (face-parsing BiSeNet)", None,
+               facefusion("models-3.1.0", "bisenet_resnet_18.onnx", crc32="6cafc877")),
     ModelEntry("2dfan4", "2dfan4.onnx", "landmarker",
                "input [1,3,256,256] x/255 -> [1,68,3] landmarks, [1,68,64,64] heatmaps",
                "MIT (2dfan4's ONNX export)", None, facefusion("models-3.0.0", "2dfan4.onnx", crc32="a948738e"),

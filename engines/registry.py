@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from engines.backends.registry import RuntimeFactory, runtime_factory
 from engines.classic.swapper import ClassicalOptions
@@ -39,6 +39,17 @@ class ModelSettings(Protocol):
     recrop_after_paste: bool  # faces that meet: each crop from the frame the ones before it left
     full_frame_paste: bool  # insightface's paste over the whole frame, not the face's region
     pixel_boost: int  # the swapper's crop, in pixels (0: the model's own size)
+    occluder: str  # the occlusion mask's model (XSeg)
+    parser: str  # the region mask's model (BiSeNet)
+
+
+class MaskSettings(Protocol):
+    """The face masks of the neural swappers (the `mask` section of a preset)."""
+
+    types: list[str]  # any of box, occlusion, area, region
+    areas: list[str]
+    regions: list[str]
+    blur: float
 
 
 @dataclass
@@ -84,7 +95,7 @@ def _verified(detector: Detector, verify: bool) -> Detector:
 
 
 def _build_dlib(detect: DetectSettings, swap: ClassicalOptions, models: ModelSettings,
-                runtime: RuntimeFactory) -> EngineSet:
+                runtime: RuntimeFactory, mask: MaskSettings | None = None) -> EngineSet:
     from engines.classic.swapper import ClassicalSwapper
     from engines.dlib.detector import DlibHogDetector
     from engines.dlib.embedder import DlibEmbedder
@@ -98,28 +109,37 @@ def _build_dlib(detect: DetectSettings, swap: ClassicalOptions, models: ModelSet
         embedder=DlibEmbedder(),
         swapper=ClassicalSwapper(swap),
         photo_detector=_photo_detector(),
-        note="engine: dlib (the embedded default)",
+        note="engine: dlib (the embedded default)" + (
+            "; mask.types are the neural swappers' (the classical swapper finds occluders itself)"
+            if mask is not None and mask.types else ""),
     )
 
 
-def _roles(models: ModelSettings) -> dict[str, str]:
+def _roles(models: ModelSettings, mask: MaskSettings | None = None) -> dict[str, str]:
     """The catalog name of each model the neural family needs (the swapper's embedding
-    converter too, where it has one); an unknown swapper is a ValueError listing the known."""
+    converter, and the masks' models, where asked for); an unknown swapper is a ValueError
+    listing the known."""
     from engines.models.swappers import profile
 
     roles = {"detector": models.detector, "embedder": models.embedder, "swapper": models.swapper}
     converter = profile(models.swapper).converter
     if converter:
         roles["converter"] = converter
+    types = mask.types if mask is not None else []
+    if "occlusion" in types:
+        roles["occluder"] = models.occluder
+    if "region" in types:
+        roles["parser"] = models.parser
     return roles
 
 
-def _neural_files(models: ModelSettings) -> tuple[dict[str, Path | None], list[str]]:
+def _neural_files(models: ModelSettings, mask: MaskSettings | None = None
+                  ) -> tuple[dict[str, Path | None], list[str]]:
     from engines.catalog import entry, locate
 
     found: dict[str, Path | None] = {}
     missing: list[str] = []
-    for role, name in _roles(models).items():
+    for role, name in _roles(models, mask).items():
         path = locate(name, models.dir)
         if path is None:
             missing.append(entry(name).file)
@@ -129,8 +149,18 @@ def _neural_files(models: ModelSettings) -> tuple[dict[str, Path | None], list[s
     return found, missing
 
 
+def _masker(mask: MaskSettings | None, paths: dict[str, Path], runtime: RuntimeFactory) -> Any:
+    from engines.models.masks import Masker, MaskOptions
+
+    if mask is None or not mask.types:
+        return None
+    options = MaskOptions(tuple(mask.types), tuple(mask.areas), tuple(mask.regions), mask.blur)
+    return Masker(options, runtime(paths["occluder"]) if "occluder" in paths else None,
+                  runtime(paths["parser"]) if "parser" in paths else None)
+
+
 def _build_neural(detect: DetectSettings, swap: ClassicalOptions, models: ModelSettings,
-                  runtime: RuntimeFactory) -> EngineSet:
+                  runtime: RuntimeFactory, mask: MaskSettings | None = None) -> EngineSet:
     from engines.catalog import find
     from engines.dlib.landmarker import DlibLandmarker
     from engines.models.adapters import InSwapperSwapper, ScrfdFaces
@@ -140,7 +170,7 @@ def _build_neural(detect: DetectSettings, swap: ClassicalOptions, models: ModelS
     from engines.models.scrfd import ScrfdDetector
     from engines.models.swappers import profile
 
-    paths = {role: find(name, models.dir) for role, name in _roles(models).items()}
+    paths = {role: find(name, models.dir) for role, name in _roles(models, mask).items()}
     swapper_profile = profile(models.swapper)
     found, _ = _neural_files(models)
     embedder = ArcFaceEmbedder(runtime(paths["embedder"]))
@@ -160,7 +190,7 @@ def _build_neural(detect: DetectSettings, swap: ClassicalOptions, models: ModelS
         swapper=InSwapperSwapper(InSwapper(runtime(paths["swapper"]),
                                            recrop_after_paste=models.recrop_after_paste,
                                            full_frame_paste=models.full_frame_paste, profile=swapper_profile,
-                                           pixel_boost=models.pixel_boost,
+                                           pixel_boost=models.pixel_boost, masker=_masker(mask, paths, runtime),
                                            converter=runtime(paths["converter"]) if "converter" in paths else None),
                                  embedder),
         photo_detector=_photo_detector(),
@@ -170,16 +200,18 @@ def _build_neural(detect: DetectSettings, swap: ClassicalOptions, models: ModelS
 
 
 def _build_auto(detect: DetectSettings, swap: ClassicalOptions, models: ModelSettings,
-                runtime: RuntimeFactory) -> EngineSet:
-    _, missing = _neural_files(models)
+                runtime: RuntimeFactory, mask: MaskSettings | None = None) -> EngineSet:
+    _, missing = _neural_files(models, mask)
     if not missing:
-        return _build_neural(detect, swap, models, runtime)
+        return _build_neural(detect, swap, models, runtime, mask)
     chosen = _build_dlib(detect, swap, models, runtime)
     chosen.note = f"engine: dlib (the neural set is incomplete: {', '.join(missing)} not found)"
     return chosen
 
 
-ENGINES: dict[str, Callable[[DetectSettings, ClassicalOptions, ModelSettings, RuntimeFactory], EngineSet]] = {
+Builder = Callable[[DetectSettings, ClassicalOptions, ModelSettings, RuntimeFactory, "MaskSettings | None"],
+                   EngineSet]
+ENGINES: dict[str, Builder] = {
     "auto": _build_auto,
     "dlib": _build_dlib,
     "neural": _build_neural,
@@ -191,12 +223,12 @@ ENGINE_NAMES = tuple(ENGINES)
 
 
 def build_engines(name: str, *, detect: DetectSettings, swap: ClassicalOptions, models: ModelSettings,
-                  runtime: RuntimeFactory | None = None) -> EngineSet:
-    """The engine family `name` for the given config sections (detect, swap, models), its
+                  runtime: RuntimeFactory | None = None, mask: MaskSettings | None = None) -> EngineSet:
+    """The engine family `name` for the given config sections (detect, swap, models, mask), its
     ONNX models run by runtimes from `runtime` (ONNX Runtime with default options when
     None); an unknown name is a ValueError listing the known ones."""
     try:
         factory = ENGINES[name]
     except KeyError:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(sorted(ENGINES))}") from None
-    return factory(detect, swap, models, runtime or runtime_factory())
+    return factory(detect, swap, models, runtime or runtime_factory(), mask)

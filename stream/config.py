@@ -215,6 +215,37 @@ class EnhanceConfig:
         _check(self.every >= 1, f"enhance.every must be >= 1, got {self.every}")
 
 
+def _names(value: object) -> list[str]:
+    """A list of names from a YAML list or one comma-separated string (a flag's value)."""
+    items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+    return [str(v).strip() for v in items if str(v).strip()]
+
+
+@dataclass
+class MaskConfig:
+    """Face masks for the neural swappers (engines/models/masks.py): which pixels of the swap
+    are pasted. `types`: any of box, occlusion (an XSeg model), area (from the 68 landmarks:
+    leave `mouth` out of `areas` to keep the target's own mouth) and region (a BiSeNet face
+    parser; `regions` chooses which are pasted). None: insightface's paste mask alone."""
+
+    types: list[str] = field(default_factory=list)
+    areas: list[str] = field(default_factory=lambda: ["upper-face", "lower-face", "mouth"])
+    regions: list[str] = field(default_factory=lambda: ["skin", "left-eyebrow", "right-eyebrow", "left-eye",
+                                                        "right-eye", "glasses", "nose", "mouth", "upper-lip",
+                                                        "lower-lip"])
+    blur: float = 0.3  # the box mask's fade, over half the crop
+
+    def __post_init__(self) -> None:
+        from engines.models.masks import MaskOptions
+
+        self.types, self.areas, self.regions = _names(self.types), _names(self.areas), _names(self.regions)
+        _check(0.0 <= self.blur <= 1.0, f"mask.blur must be from 0 to 1, got {self.blur}")
+        try:
+            MaskOptions(tuple(self.types), tuple(self.areas), tuple(self.regions), self.blur)
+        except ValueError as exc:
+            _check(False, f"mask: {exc}")
+
+
 @dataclass
 class ModelsConfig:
     """The neural family: which catalog models, where their files are, how they run."""
@@ -237,6 +268,8 @@ class ModelsConfig:
     # (a multiple of the model's size, up to 1024: inswapper 256 = 4 calls a face, 512 = 16);
     # 0: the model's own size (engines/models/pixel_boost.py).
     pixel_boost: int = 0
+    occluder: str = "xseg_1"  # mask.types occlusion: the XSeg model
+    parser: str = "bisenet_resnet_34"  # mask.types region: the face parser
 
     def __post_init__(self) -> None:
         _check(self.detect_size >= 32 and self.detect_size % 32 == 0,
@@ -263,6 +296,7 @@ class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     runtime: RuntimeOptions = field(default_factory=RuntimeOptions)
     enhance: EnhanceConfig = field(default_factory=EnhanceConfig)
+    mask: MaskConfig = field(default_factory=MaskConfig)
     detect: DetectConfig = field(default_factory=DetectConfig)
     track: TrackConfig = field(default_factory=TrackConfig)
     select: SelectConfig = field(default_factory=SelectConfig)

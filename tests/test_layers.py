@@ -271,10 +271,11 @@ def test_the_engines_settings_are_the_presets_fields() -> None:
     they name is a field of the preset's section (a renamed one fails here, not silently)."""
     import typing
 
-    from engines.registry import DetectSettings, ModelSettings
-    from stream.config import DetectConfig, ModelsConfig
+    from engines.registry import DetectSettings, MaskSettings, ModelSettings
+    from stream.config import DetectConfig, MaskConfig, ModelsConfig
 
-    for protocol, section in ((DetectSettings, DetectConfig), (ModelSettings, ModelsConfig)):
+    for protocol, section in ((DetectSettings, DetectConfig), (ModelSettings, ModelsConfig),
+                              (MaskSettings, MaskConfig)):
         wanted = typing.get_type_hints(protocol)
         have = typing.get_type_hints(section)
         assert {name: have.get(name) for name in wanted} == wanted, section.__name__

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import cv2
 import numpy as np
@@ -33,6 +33,7 @@ from engines.face import Face, ImageBGR, SwapResult
 from engines.geometry.face_align import Affine, as_kps5, estimate_norm, warp_crop
 from engines.geometry.region_warp import warp_affine_region
 from engines.models.base import OnnxModel
+from engines.models.masks import Masker
 from engines.models.paste import paste_region, prepare_paste_mask, rects_meet, white_square
 from engines.models.pixel_boost import boost_factor, explode, implode
 from engines.models.swappers import PROFILES, SwapperProfile
@@ -59,6 +60,7 @@ class InSwapBatch:
 
     affines: tuple[Affine, ...]
     latents: tuple[Latent, ...] = ()
+    landmarks: tuple[npt.NDArray[np.float32] | None, ...] = ()  # in crop pixels, for the area mask
 
     @property
     def count(self) -> int:
@@ -83,7 +85,8 @@ class InSwapper(OnnxModel):
 
     def __init__(self, runtime: InferenceRuntime, recrop_after_paste: bool = False,
                  full_frame_paste: bool = False, profile: SwapperProfile = INSWAPPER_128,
-                 converter: InferenceRuntime | None = None, pixel_boost: int = 0) -> None:
+                 converter: InferenceRuntime | None = None, pixel_boost: int = 0,
+                 masker: Masker | None = None) -> None:
         self.path = runtime.path
         super().__init__(runtime)
         if profile.converter and converter is None:
@@ -96,6 +99,7 @@ class InSwapper(OnnxModel):
         self.boost = boost_factor(pixel_boost, profile.size, profile.name)
         self.tiles = self.boost * self.boost
         self.crop_size = profile.size * self.boost
+        self.masker = masker if masker is not None and masker.options.types else None
         self.converter = converter
         self._mean = np.asarray(profile.mean, np.float32).reshape(3, 1, 1)
         self._inv_std = (1.0 / np.asarray(profile.std, np.float32)).reshape(3, 1, 1)
@@ -134,6 +138,8 @@ class InSwapper(OnnxModel):
             self.emap = self._read_emap()
         if self.converter is not None:
             self._open_converter()
+        if self.masker is not None:
+            self.masker.open()
         dynamic = ins[TARGET].shape[0] is None and ins[SOURCE].shape[0] is None
         self.batch = None if dynamic else 1
         # The fp16 export keeps float32 I/O; a pure-fp16 one gets its feeds cast.
@@ -217,9 +223,14 @@ class InSwapper(OnnxModel):
     def prepare_crop_into(self, frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face,
                           rows: npt.NDArray[np.floating]) -> Affine:
         """Write one face's `target` blob into `rows` (T, 3, S, S) in place; returns M."""
-        M = estimate_norm(as_kps5(kps5), self.crop_size, self.profile.template)
-        self.blobs_into(warp_crop(frame_bgr, M, self.crop_size), rows)
+        crop, M = self.face_crop(frame_bgr, kps5)
+        self.blobs_into(crop, rows)
         return M
+
+    def face_crop(self, frame_bgr: ImageBGR, kps5: npt.NDArray[np.floating] | Face) -> tuple[ImageBGR, Affine]:
+        """The face's aligned crop (crop_size px) and the frame->crop matrix M."""
+        M = estimate_norm(as_kps5(kps5), self.crop_size, self.profile.template)
+        return warp_crop(frame_bgr, M, self.crop_size), M
 
     def blobs_into(self, crop: ImageBGR, rows: npt.NDArray[np.floating]) -> None:
         """A face's BGR crop as the model's T input rows (its pixel boost's tiles)."""
@@ -285,6 +296,8 @@ class InSwapper(OnnxModel):
         `kps5` is the five alignment points (5, 2), or 68 landmarks (68, 2), or a `Face`.
         None when the face's crop does not overlap the frame.
         """
+        if self.masker is not None:
+            return self.forward_many(frame_bgr, [kps5], [latent])[0]
         crop, M = self.forward_crop(frame_bgr, kps5, latent)
         return self.blend_crop(frame_bgr, crop, M)
 
@@ -314,8 +327,9 @@ class InSwapper(OnnxModel):
             self.open()
         rows = max(1, max_faces) * self.tiles
         crop = (rows, 3, self.size, self.size)
+        masks = self.masker.batch_inputs(max(1, max_faces)) if self.masker is not None else {}
         return BatchSpec(inputs={TARGET: (crop, np.dtype(self._dtypes[TARGET])),
-                                 SOURCE: ((rows, LATENT_DIM), np.dtype(self._dtypes[SOURCE]))},
+                                 SOURCE: ((rows, LATENT_DIM), np.dtype(self._dtypes[SOURCE])), **masks},
                          outputs={OUTPUT: (crop, np.dtype(self._dtypes[OUTPUT]))})
 
     def prepare_batch(self, frame_bgr: ImageBGR, kps5_list: Sequence[npt.NDArray[np.floating] | Face],
@@ -329,13 +343,31 @@ class InSwapper(OnnxModel):
         if len(kps5_list) * t > min(tgt.shape[0], src.shape[0]):
             raise ValueError(f"{len(kps5_list)} faces but the batch buffers hold "
                              f"{min(tgt.shape[0], src.shape[0]) // t}")
-        affines = []
+        affines, landmarks = [], []
         for i, (kps5, latent) in enumerate(zip(kps5_list, latents)):
-            affines.append(self.prepare_crop_into(frame_bgr, kps5, tgt[i * t:(i + 1) * t]))
+            if self.masker is None:
+                affines.append(self.prepare_crop_into(frame_bgr, kps5, tgt[i * t:(i + 1) * t]))
+            else:  # the masks' models see the same crop
+                crop, M = self.face_crop(frame_bgr, kps5)
+                self.blobs_into(crop, tgt[i * t:(i + 1) * t])
+                self.masker.prepare_into(crop, i, inputs)
+                affines.append(M)
+                lm = kps5.landmarks if isinstance(kps5, Face) else None
+                landmarks.append(None if lm is None else
+                                 cv2.transform(np.asarray(lm, np.float32).reshape(-1, 1, 2), M).reshape(-1, 2))
             src[i * t:(i + 1) * t] = np.asarray(latent, np.float32).reshape(1, -1)
-        return InSwapBatch(tuple(affines), tuple(latents))
+        return InSwapBatch(tuple(affines), tuple(latents), tuple(landmarks))
 
     def forward_batch(self, batch: InSwapBatch, inputs: Mapping[str, np.ndarray],
+                      outputs: Mapping[str, np.ndarray]) -> Any:
+        """The swapper on the prepared rows and, where masks need models, those models: the
+        swapper's output, or (it, the mask models' outputs)."""
+        pred = self._forward_swap(batch, inputs, outputs)
+        if self.masker is None or not self.masker.models or batch.count == 0:
+            return pred
+        return pred, self.masker.run(batch.count, inputs)
+
+    def _forward_swap(self, batch: InSwapBatch, inputs: Mapping[str, np.ndarray],
                       outputs: Mapping[str, np.ndarray]) -> npt.NDArray[np.floating]:
         """The model on the prepared rows: one call for the batch (one per face for a batch-1
         export). The output is written into `outputs[OUTPUT]` where the runtime can write
@@ -363,8 +395,7 @@ class InSwapper(OnnxModel):
             return self.runtime.run_into(feeds, {OUTPUT: out})[OUTPUT]
         return self.runtime.run(feeds, [OUTPUT])[OUTPUT]
 
-    def finish_batch(self, frame_bgr: ImageBGR, batch: InSwapBatch,
-                     pred: npt.NDArray[np.floating]) -> list[SwapResult | None]:
+    def finish_batch(self, frame_bgr: ImageBGR, batch: InSwapBatch, swapped: Any) -> list[SwapResult | None]:
         """Decode each face's output and composite the faces in order (the CPU half after the
         model); `frame_bgr` is only read.
 
@@ -378,6 +409,7 @@ class InSwapper(OnnxModel):
         every face after the first is blended onto the running frame, met or not: no pixel
         of the result then rests on the region bound.
         """
+        pred, model_masks = swapped if isinstance(swapped, tuple) else (swapped, {})
         crops = self.crops_of(self.decode_output(pred[:batch.count * self.tiles]))
         results: list[SwapResult | None] = []
         running: ImageBGR | None = None  # the frame with the results so far pasted, once two meet
@@ -391,7 +423,11 @@ class InSwapper(OnnxModel):
                     r.paste_into(running)
             if running is not None and self.recrop_after_paste and k < len(batch.latents):
                 crop = self._swap_again_if_changed(frame_bgr, running, crop, M, batch.latents[k])
-            result = self.blend_crop(frame_bgr if running is None else running, crop, M)
+            mask = None
+            if self.masker is not None:
+                lm = batch.landmarks[k] if k < len(batch.landmarks) else None
+                mask = self.masker.crop_mask(self.crop_size, lm, model_masks, k)
+            result = self.blend_crop(frame_bgr if running is None else running, crop, M, mask)
             if result is not None and running is not None:
                 result.paste_into(running)
             results.append(result)
@@ -415,14 +451,15 @@ class InSwapper(OnnxModel):
         change (`engines.models.paste.paste_region`)."""
         return paste_region(frame_shape, M, self.crop_size)
 
-    def blend_crop(self, frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine) -> SwapResult | None:
+    def blend_crop(self, frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine,
+                   crop_mask: npt.NDArray[np.float32] | None = None) -> SwapResult | None:
         """Blend a swapped crop into a copy of the face's region, with insightface's soft mask.
 
         Returns the region, the blended region (`patch`) and `valid` (255 where the blend
         weight is non-zero, the only pixels where `patch` may differ from the frame).
         """
         if self.full_frame_paste:
-            return self._blend_full_frame(frame_bgr, crop_bgr, M)
+            return self._blend_full_frame(frame_bgr, crop_bgr, M, crop_mask)
         region = self.prepare_region(frame_bgr.shape, M)
         if region is None:
             return None
@@ -431,17 +468,23 @@ class InSwapper(OnnxModel):
         IM = cv2.invertAffineTransform(M)
         # The full-frame warp's own sample coordinates, for the region's pixels only: the
         # result equals insightface's full-frame paste restricted to the region.
-        fake, white = warp_affine_region(IM, region, [(crop_bgr, 0.0), (white_square(self.crop_size), 0.0)])
+        planes = [(crop_bgr, 0.0), (white_square(self.crop_size), 0.0)]
+        if crop_mask is not None:  # the face masks, warped with the crop
+            planes.append((crop_mask, 0.0))
+        fake, white, *chosen = warp_affine_region(IM, region, planes)
         mask = prepare_paste_mask(white)
         if mask is None:
             return None  # the crop only grazes the frame: nothing insightface would keep
+        if chosen:
+            mask *= chosen[0].reshape(mask.shape)
         alpha = mask.reshape(rh, rw, 1)
         roi = frame_bgr[y0:y1, x0:x1]
         patch = (alpha * fake + (1 - alpha) * roi.astype(np.float32)).astype(np.uint8)
         valid = np.where(mask > 0, np.uint8(255), np.uint8(0))
         return SwapResult(region=region, patch=patch, valid=valid)
 
-    def _blend_full_frame(self, frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine) -> SwapResult | None:
+    def _blend_full_frame(self, frame_bgr: ImageBGR, crop_bgr: ImageBGR, M: Affine,
+                          crop_mask: npt.NDArray[np.float32] | None = None) -> SwapResult | None:
         """insightface's paste-back as its `INSwapper.get` runs it: the crop and a white square
         warped into the whole frame, the mask thresholded, eroded and blurred there, then
         blended. The result is cut to the pixels the mask weighs (its bounding box): the
@@ -452,6 +495,8 @@ class InSwapper(OnnxModel):
         mask = prepare_paste_mask(cv2.warpAffine(white_square(self.crop_size), IM, (w, h), borderValue=0.0))
         if mask is None:
             return None
+        if crop_mask is not None:
+            mask *= cv2.warpAffine(crop_mask, IM, (w, h), borderValue=0.0)
         weighed = mask > 0
         rows, cols = np.flatnonzero(weighed.any(axis=1)), np.flatnonzero(weighed.any(axis=0))
         if rows.size == 0:

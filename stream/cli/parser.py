@@ -38,6 +38,15 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
     g.add_argument("--swapper", choices=SWAPPER_NAMES, metavar="NAME",
                    help=f"the neural swapper (models.swapper; default inswapper_128): {', '.join(SWAPPER_NAMES)}; "
                         f"`facestream models fetch NAME` gets its file")
+    g.add_argument("--mask", metavar="TYPES",
+                   help="face masks of the neural swappers (mask.types), comma-separated: box, occlusion (an "
+                        "XSeg file), area (from the landmarks, no model), region (a BiSeNet file)")
+    g.add_argument("--mask-areas", metavar="NAMES",
+                   help="with --mask area: the areas swapped (mask.areas; upper-face, lower-face, mouth: leave "
+                        "mouth out to keep the target's own mouth)")
+    g.add_argument("--mask-regions", metavar="NAMES",
+                   help="with --mask region: the regions swapped (mask.regions; skin, left-eyebrow, right-eyebrow, "
+                        "left-eye, right-eye, glasses, nose, mouth, upper-lip, lower-lip)")
     g.add_argument("--pixel-boost", type=int, metavar="SIZE",
                    help="swap at SIZE px, as tiles of the swapper's own size (models.pixel_boost; a multiple "
                         "of it up to 1024: inswapper 256 costs 4 model calls a face, 512 16)")
@@ -334,6 +343,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "detect.every": args.detect_every, "pipeline.max_faces": args.max_faces,
         "encode.preset": args.x264_preset, "encode.crf": args.crf, "models.dir": args.models_dir,
         "models.swapper": getattr(args, "swapper", None), "models.pixel_boost": getattr(args, "pixel_boost", None),
+        "mask.types": getattr(args, "mask", None), "mask.areas": getattr(args, "mask_areas", None),
+        "mask.regions": getattr(args, "mask_regions", None),
         "enhance.every": args.enhance_every, "enhance.enabled": True if args.enhance else None,
         "runtime.max_vram": _size("--max-vram", args.max_vram),
     }

@@ -79,7 +79,7 @@ class SwapJob:
         self.plan = planned.plan
         self.notes.extend(planned.notes)
         runtimes = runtime_factory(cfg.runtime, self.allocator)
-        self.engines = build_engines(cfg.engine, detect=cfg.detect, swap=cfg.swap, models=cfg.models,
+        self.engines = build_engines(cfg.engine, detect=cfg.detect, swap=cfg.swap, models=cfg.models, mask=cfg.mask,
                                      runtime=runtimes)
         self.notes.append(self.engines.note)
         self.engines.open()

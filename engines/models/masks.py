@@ -1,0 +1,197 @@
+"""Face masks for the neural swappers: which pixels of the swapped crop are pasted.
+
+Each mask is a float32 map over the swapper's crop (1: pasted, 0: the target kept); the
+masks chosen are combined by their minimum and multiply insightface's soft paste mask.
+
+- `box`: the crop with its edges faded (a blur of `blur` x half the crop, after `padding`
+  percent cut from each side: top, right, bottom, left).
+- `area`: from the target's 68 landmarks, no model: the face's hull, less each area not
+  chosen (upper-face, lower-face, mouth). Leaving out `mouth` keeps the target's own mouth,
+  live and free: its lips and teeth move as they do.
+- `occlusion`: an XSeg model (input NHWC [1,256,256,3], BGR in 0..1; output [1,256,256,1],
+  1 where the face is visible): hands, hair, glasses in front of the face are kept.
+- `region`: a BiSeNet face parser (input NCHW [1,3,512,512], RGB normalised by ImageNet's
+  mean and std; output [1,19,512,512] class logits): only the chosen regions are pasted.
+
+The model masks are computed on the target's crop, on the swap stage with the swapper's call
+(their inputs are prepared with the crop), and reach the composite stage as crop-space maps.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from engines.backends.base import InferenceRuntime
+from engines.errors import EngineError
+
+Mask = npt.NDArray[np.float32]  # (S, S) in 0..1, crop space
+
+MASK_TYPES = ("box", "occlusion", "area", "region")
+# The 68-point areas (FaceFusion's published index lists).
+AREAS: dict[str, tuple[int, ...]] = {
+    "upper-face": (0, 1, 2, 31, 32, 33, 34, 35, 14, 15, 16, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17),
+    "lower-face": (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 35, 34, 33, 32, 31),
+    "mouth": tuple(range(48, 68)),
+}
+# The face parser's classes (CelebAMask-HQ's order, as the BiSeNet exports use it).
+REGIONS: dict[str, int] = {"skin": 1, "left-eyebrow": 2, "right-eyebrow": 3, "left-eye": 4, "right-eye": 5,
+                           "glasses": 6, "nose": 10, "mouth": 11, "upper-lip": 12, "lower-lip": 13}
+OCCLUSION_SIZE, REGION_SIZE = 256, 512
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+OCCLUSION_INPUT, REGION_INPUT = "occlusion_input", "region_input"  # their rows in the swap batch
+
+
+@dataclass(frozen=True)
+class MaskOptions:
+    types: tuple[str, ...] = ()
+    areas: tuple[str, ...] = tuple(AREAS)
+    regions: tuple[str, ...] = tuple(REGIONS)
+    blur: float = 0.3  # the box mask's fade, over half the crop
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)  # percent cut from top, right, bottom, left
+
+    def __post_init__(self) -> None:
+        for kind, given, known in (("mask type", self.types, MASK_TYPES), ("mask area", self.areas, AREAS),
+                                   ("mask region", self.regions, REGIONS)):
+            bad = [g for g in given if g not in known]
+            if bad:
+                raise ValueError(f"unknown {kind} {bad[0]!r}; known: {', '.join(known)}")
+
+
+def box_mask(size: int, blur: float, padding: tuple[int, int, int, int] = (0, 0, 0, 0)) -> Mask:
+    """The crop with faded edges: `blur` x half the crop's width, after the padding."""
+    amount = int(size * 0.5 * blur)
+    area = max(amount // 2, 1)
+    top, right, bottom, left = padding
+    mask = np.ones((size, size), np.float32)
+    mask[:max(area, int(size * top / 100)), :] = 0
+    mask[size - max(area, int(size * bottom / 100)):, :] = 0
+    mask[:, :max(area, int(size * left / 100))] = 0
+    mask[:, size - max(area, int(size * right / 100)):] = 0
+    if amount > 0:
+        mask = cv2.GaussianBlur(mask, (0, 0), amount * 0.25)
+    return mask
+
+
+def _soften(mask: Mask) -> Mask:
+    """A hard 0/1 map softened at its edge: blurred, then only the half over 0.5 kept (scaled
+    back to 0..1), so a hole stays a hole. The blur is FaceFusion's 5 px at a 256 px crop,
+    scaled with the crop (at 128 px, 2.5), so a mouth left out stays out at any crop size."""
+    sigma = 5.0 * mask.shape[0] / 256
+    return ((cv2.GaussianBlur(mask.clip(0, 1), (0, 0), sigma).clip(0.5, 1) - 0.5) * 2).astype(np.float32)
+
+
+def area_mask(landmarks: npt.NDArray[np.floating], size: int, areas: Sequence[str]) -> Mask:
+    """The face's hull (its 68 points in crop pixels) less each area not in `areas`."""
+    pts = np.asarray(landmarks, np.float32).reshape(68, 2)
+    mask = np.zeros((size, size), np.float32)
+    cv2.fillConvexPoly(mask, cv2.convexHull(pts).astype(np.int32), 1.0)
+    for name, index in AREAS.items():
+        if name not in areas:
+            cv2.fillPoly(mask, [cv2.convexHull(pts[list(index)]).astype(np.int32)], 0.0)
+    return _soften(mask)
+
+
+def occlusion_input(crop_bgr: npt.NDArray[np.uint8], row: npt.NDArray[np.float32]) -> None:
+    """XSeg's input for a crop, written into `row` (256, 256, 3): BGR in 0..1."""
+    np.multiply(cv2.resize(crop_bgr, (OCCLUSION_SIZE, OCCLUSION_SIZE)), np.float32(1 / 255), out=row,
+                casting="unsafe")
+
+
+def occlusion_mask(output: npt.NDArray[np.floating], size: int) -> Mask:
+    """XSeg's output (256, 256, 1): 1 where the face is seen, as a crop-space map."""
+    seen = cv2.resize(np.asarray(output, np.float32).reshape(OCCLUSION_SIZE, OCCLUSION_SIZE).clip(0, 1),
+                      (size, size))
+    return _soften(seen)
+
+
+def region_input(crop_bgr: npt.NDArray[np.uint8], row: npt.NDArray[np.float32]) -> None:
+    """The face parser's input for a crop, written into `row` (3, 512, 512)."""
+    rgb = cv2.resize(crop_bgr, (REGION_SIZE, REGION_SIZE))[:, :, ::-1].astype(np.float32) / 255
+    row[...] = ((rgb - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1)
+
+
+def region_mask(logits: npt.NDArray[np.floating], size: int, regions: Sequence[str]) -> Mask:
+    """The parser's class logits (19, 512, 512): 1 where the pixel's class is a chosen region."""
+    classes = np.argmax(logits, axis=0)
+    chosen = np.isin(classes, [REGIONS[r] for r in regions]).astype(np.float32)
+    return _soften(cv2.resize(chosen, (size, size)))
+
+
+class Masker:
+    """The masks a run asked for: their options, and the occlusion and region models' runtimes
+    (given when those types are asked for). Prepares the models' rows beside the swapper's,
+    runs them in the swap stage, and builds the crop-space mask of each face."""
+
+    def __init__(self, options: MaskOptions, occluder: InferenceRuntime | None = None,
+                 parser: InferenceRuntime | None = None) -> None:
+        if "occlusion" in options.types and occluder is None:
+            raise ValueError("the occlusion mask needs its model (an XSeg file)")
+        if "region" in options.types and parser is None:
+            raise ValueError("the region mask needs its model (a BiSeNet face parser file)")
+        self.options = options
+        self.occluder = occluder if "occlusion" in options.types else None
+        self.parser = parser if "region" in options.types else None
+
+    @property
+    def models(self) -> bool:
+        return self.occluder is not None or self.parser is not None
+
+    def open(self) -> None:
+        for runtime, what, shape in ((self.occluder, "an XSeg occlusion model", (OCCLUSION_SIZE, OCCLUSION_SIZE, 3)),
+                                     (self.parser, "a BiSeNet face parser", (3, REGION_SIZE, REGION_SIZE))):
+            if runtime is None or runtime.is_open:
+                continue
+            runtime.open_expecting(f"{what} ONNX file")
+            spec = runtime.inputs[0]
+            if len(runtime.inputs) != 1 or tuple(spec.shape[1:]) != shape:
+                found = [(i.name, list(i.shape)) for i in runtime.inputs]
+                runtime.close()
+                raise EngineError(f"model file {str(runtime.path)!r} is not {what}: expected one input "
+                                  f"[1,{','.join(map(str, shape))}], found {found}")
+
+    def batch_inputs(self, rows: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        if self.occluder is not None:
+            out[OCCLUSION_INPUT] = ((rows, OCCLUSION_SIZE, OCCLUSION_SIZE, 3), np.dtype(np.float32))
+        if self.parser is not None:
+            out[REGION_INPUT] = ((rows, 3, REGION_SIZE, REGION_SIZE), np.dtype(np.float32))
+        return out
+
+    def prepare_into(self, crop_bgr: npt.NDArray[np.uint8], i: int, inputs: Mapping[str, np.ndarray]) -> None:
+        """The models' inputs for face i's target crop."""
+        if self.occluder is not None:
+            occlusion_input(crop_bgr, inputs[OCCLUSION_INPUT][i])
+        if self.parser is not None:
+            region_input(crop_bgr, inputs[REGION_INPUT][i])
+
+    def run(self, n: int, inputs: Mapping[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+        """The models on the batch's n faces (one call each per face: the published exports
+        are batch-1): their outputs by mask type."""
+        out: dict[str, list[np.ndarray]] = {}
+        for kind, runtime, name in (("occlusion", self.occluder, OCCLUSION_INPUT),
+                                    ("region", self.parser, REGION_INPUT)):
+            if runtime is None:
+                continue
+            feed = runtime.inputs[0].name
+            out[kind] = [next(iter(runtime.run({feed: inputs[name][i:i + 1]}).values()))[0] for i in range(n)]
+        return out
+
+    def crop_mask(self, size: int, landmarks: npt.NDArray[np.floating] | None,
+                  outputs: Mapping[str, Sequence[np.ndarray]], i: int) -> Mask | None:
+        """Face i's mask (the minimum of the chosen ones), or None when none applies."""
+        masks = []
+        types = self.options.types
+        if "box" in types:
+            masks.append(box_mask(size, self.options.blur, self.options.padding))
+        if "area" in types and landmarks is not None:
+            masks.append(area_mask(landmarks, size, self.options.areas))
+        if "occlusion" in outputs:
+            masks.append(occlusion_mask(outputs["occlusion"][i], size))
+        if "region" in outputs:
+            masks.append(region_mask(outputs["region"][i], size, self.options.regions))
+        return np.minimum.reduce(masks) if masks else None
