@@ -153,6 +153,19 @@ CATALOG: dict[str, ModelEntry] = {e.name: e for e in (
     ModelEntry("gfpgan_1.4", "gfpgan_1.4.onnx", "enhancer",
                "input [1,3,512,512] RGB (x/255-0.5)/0.5 -> output [1,3,512,512] in [-1,1]",
                "Apache-2.0 (TencentARC's GFPGAN)", None, facefusion("models-3.0.0", "gfpgan_1.4.onnx")),
+    ModelEntry("codeformer", "codeformer.onnx", "enhancer",
+               "input [1,3,512,512] RGB (x/255-0.5)/0.5, weight [1] float64 -> output [1,3,512,512] in [-1,1]",
+               "S-Lab License 1.0: non-commercial (CodeFormer)", None,
+               facefusion("models-3.0.0", "codeformer.onnx", crc32="1456f3ab")),
+    ModelEntry("gpen_bfr_256", "gpen_bfr_256.onnx", "enhancer",
+               "input [1,3,256,256] RGB (x/255-0.5)/0.5 (arcface_128 crop) -> output in [-1,1]",
+               "non-commercial (GPEN)", None, facefusion("models-3.0.0", "gpen_bfr_256.onnx")),
+    ModelEntry("gpen_bfr_512", "gpen_bfr_512.onnx", "enhancer",
+               "input [1,3,512,512] RGB (x/255-0.5)/0.5 -> output [1,3,512,512] in [-1,1]",
+               "non-commercial (GPEN)", None, facefusion("models-3.0.0", "gpen_bfr_512.onnx")),
+    ModelEntry("restoreformer_plus_plus", "restoreformer_plus_plus.onnx", "enhancer",
+               "input [1,3,512,512] RGB (x/255-0.5)/0.5 -> output [1,3,512,512] in [-1,1]",
+               "Apache-2.0 (RestoreFormer++)", None, facefusion("models-3.0.0", "restoreformer_plus_plus.onnx")),
 )}
 
 # `facestream models fetch` with no name: what `--engine neural` runs.

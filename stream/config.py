@@ -205,14 +205,19 @@ class PipelineConfig:
 
 @dataclass
 class EnhanceConfig:
-    """The optional face enhancer (GFPGAN 1.4): loaded only when enabled."""
+    """The optional face enhancer (GFPGAN 1.4 by default; engines/models/enhancers.py): loaded
+    only when enabled."""
 
     enabled: bool = False
     model: str = "gfpgan_1.4"
     every: int = 1  # run the model every k-th frame per face; re-paste its last result between
 
     def __post_init__(self) -> None:
+        from engines.models.enhancers import ENHANCER_NAMES
+
         _check(self.every >= 1, f"enhance.every must be >= 1, got {self.every}")
+        _check(self.model in ENHANCER_NAMES,
+               f"enhance.model: unknown enhancer {self.model!r}; known: {', '.join(ENHANCER_NAMES)}")
 
 
 def _names(value: object) -> list[str]:

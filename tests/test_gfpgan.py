@@ -18,6 +18,7 @@ from engines.backends.ort import OrtRuntime
 from engines.errors import EngineError, ModelNotFound
 from engines.face import Face
 from engines.geometry.face_align import TEMPLATES, estimate_norm, kps5_from_landmarks68, warp_crop
+from engines.models.enhancers import enhancer_profile
 from engines.models.gfpgan import CROP_SIZE, EnhancerSwitch, GfpganEnhancer
 from tests.fixtures import make_gfpgan
 
@@ -308,4 +309,35 @@ def test_missing_and_non_onnx_files(tmp_path: Path) -> None:
     bad.write_bytes(b"not a model")
     with pytest.raises(EngineError, match="bad.onnx.*expected a GFPGAN 1.4 ONNX file") as err:
         GfpganEnhancer(OrtRuntime(bad, CPU1)).open()
+    assert "\n" not in str(err.value)
+
+
+# -- the other enhancers by name ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["codeformer", "gpen_bfr_256", "gpen_bfr_512", "restoreformer_plus_plus"])
+def test_each_enhancer_by_name_crops_normalises_and_decodes_as_published(name: str, tmp_path: Path) -> None:
+    p = enhancer_profile(name)
+    path = make_gfpgan(tmp_path / f"{name}.onnx", size=p.size, weight=p.weight is not None)  # an identity
+    enhancer = GfpganEnhancer(OrtRuntime(path), profile=p)
+    enhancer.open()
+    frame = np.ascontiguousarray(cv2.resize(np.random.default_rng(3).integers(0, 256, (64, 64, 3), np.uint8),
+                                            (512, 512)))
+    kps = np.array([[197, 210], [293, 210], [245, 262], [205, 310], [285, 310]], np.float32)
+    blob, M = enhancer.prepare_crop(frame, kps)
+    assert blob.shape == (1, 3, p.size, p.size)
+    np.testing.assert_array_equal(M, estimate_norm(kps, p.size, p.template))
+    crop = warp_crop(frame, M, p.size)
+    want = (crop[:, :, ::-1].astype(np.float64) / 255 - 0.5) / 0.5
+    np.testing.assert_allclose(blob[0], want.transpose(2, 0, 1), atol=1e-6)
+    restored, _ = enhancer.forward_crop(frame, kps)  # identity: (x + 1) / 2 * 255 gives the crop back
+    assert np.abs(restored.astype(int) - crop.astype(int)).max() <= 1
+    assert enhancer.forward(frame, kps) is not None
+
+
+def test_codeformer_without_its_weight_input_is_one_line(tmp_path: Path) -> None:
+    path = make_gfpgan(tmp_path / "codeformer.onnx")  # no weight input
+    enhancer = GfpganEnhancer(OrtRuntime(path), profile=enhancer_profile("codeformer"))
+    with pytest.raises(EngineError, match=r"is not a CodeFormer model: expected input input \[1,3,512,512\] "
+                                          r"and weight \[1\] \(float64\) and output output") as err:
+        enhancer.open()
     assert "\n" not in str(err.value)

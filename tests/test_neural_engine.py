@@ -137,3 +137,18 @@ def test_enhance_without_its_file_is_a_one_line_error(face_clip: Path, source_ph
                  "--input", str(face_clip), "--output", str(tmp_path / "o.mp4")])
     err = capsys.readouterr().err.strip()
     assert code == 1 and "\n" not in err and "gfpgan_1.4.onnx" in err
+
+
+@pytest.mark.parametrize("name, size, weight", [("codeformer", 512, True), ("gpen_bfr_256", 256, False)])
+def test_an_enhancer_chosen_by_name_runs_on_the_swapped_faces(models_dir: Path, face_clip: Path, source_photo: Path,
+                                                              tmp_path: Path, name: str, size: int, weight: bool,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    from tests.fixtures import make_gfpgan
+
+    folder = tmp_path / "with_enhancer"
+    folder.mkdir()
+    make_gfpgan(folder / f"{name}.onnx", size=size, weight=weight)
+    rep = _swap(tmp_path, face_clip, source_photo, "--engine", "dlib", "--models-dir", str(folder),
+                "--enhancer", name)
+    assert rep["faces_swapped"] > 0 and rep["model_calls"]["enhance"] == rep["faces_swapped"]
+    assert f"enhancer: {name}.onnx" in capsys.readouterr().out

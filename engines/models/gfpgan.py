@@ -1,4 +1,9 @@
-"""GFPGAN 1.4 (gfpgan_1.4.onnx): face restoration on a 512 crop, pasted back on the face's region.
+"""The face enhancers (GFPGAN 1.4, CodeFormer, GPEN-BFR 256/512, RestoreFormer++): face
+restoration on an aligned crop, pasted back on the face's region.
+
+They share the published pre- and post-processing and differ in their crop (size and
+template) and in CodeFormer's second input, its fidelity `weight` (a float64 [1]); each one's
+facts are its `EnhancerProfile` below. GFPGAN 1.4's:
 
 Pre- and post-processing follow models.md (and GFPGAN's own `img2tensor`/`tensor2img`):
 the crop is aligned to ffhq_512 from the face's five points, fed as RGB (x/255 - 0.5)/0.5,
@@ -30,6 +35,7 @@ from engines.face import Face, ImageBGR, SwapResult
 from engines.geometry.face_align import Affine, as_kps5, estimate_norm, warp_crop
 from engines.geometry.region_warp import warp_affine_region
 from engines.models.base import OnnxModel
+from engines.models.enhancers import ENHANCERS, EnhancerProfile
 from engines.models.inswapper import CROP_SIZE as SWAP_CROP_SIZE
 from engines.models.paste import paste_region, prepare_paste_mask, white_square
 
@@ -38,18 +44,18 @@ log = logging.getLogger(__name__)
 Blob: TypeAlias = npt.NDArray[np.floating]  # (1, 3, 512, 512), RGB in [-1, 1]
 Points: TypeAlias = npt.NDArray[np.floating] | Face  # 5 points (5, 2), 68 landmarks (68, 2) or a Face
 
-CROP_SIZE = 512
+CROP_SIZE = 512  # GFPGAN's
 TEMPLATE = "ffhq_512"
-INPUT, OUTPUT = "input", "output"
+INPUT, OUTPUT, WEIGHT = "input", "output", "weight"
 MAX_TRACKS = 64  # cached crops kept at most (768 KiB each): tracks that vanish are evicted
 _DOWNSCALE_FROM = 2.0  # crop pixels per frame pixel above which the crop is area-shrunk first
 
 
-def _spec_ok(spec: TensorSpec) -> bool:
-    """[1 or dynamic, 3, 512 or dynamic, 512 or dynamic], float32 or float16."""
+def _spec_ok(spec: TensorSpec, size: int) -> bool:
+    """[1 or dynamic, 3, size or dynamic, size or dynamic], float32 or float16."""
     s = spec.shape
     return (spec.dtype in ("tensor(float)", "tensor(float16)") and len(s) == 4 and s[0] in (1, None)
-            and s[1] == 3 and s[2] in (CROP_SIZE, None) and s[3] in (CROP_SIZE, None))
+            and s[1] == 3 and s[2] in (size, None) and s[3] in (size, None))
 
 
 @dataclass
@@ -59,7 +65,8 @@ class _TrackCache:
 
 
 class GfpganEnhancer(OnnxModel):
-    """GFPGAN 1.4 behind the enhancer role: a face in, its restored face region out.
+    """An enhancer (GFPGAN 1.4 by default) behind the enhancer role: a face in, its restored
+    face region out.
 
     `every` = k > 1 runs the model on the 1st, (k+1)th, (2k+1)th ... call for each track
     (`Face.track_id` >= 0) and re-pastes that track's last result, re-warped to the face's
@@ -67,13 +74,16 @@ class GfpganEnhancer(OnnxModel):
     model every time: there is no earlier result known to be the same face.
     """
 
-    name = "gfpgan"
-
-    def __init__(self, runtime: InferenceRuntime, every: int = 1) -> None:
+    def __init__(self, runtime: InferenceRuntime, every: int = 1,
+                 profile: EnhancerProfile = ENHANCERS["gfpgan_1.4"]) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"enhancer cadence 'every' must be a whole number >= 1, got {every!r}")
         self.path = runtime.path
         self.every = every
+        self.profile = profile
+        self.name = profile.name
+        self.size = profile.size
+        self._output = OUTPUT
         super().__init__(runtime)
         self.reused = 0  # re-pastes of a cached crop (calls that skipped the model)
         self._dtype: type[np.floating] = np.float32
@@ -85,21 +95,25 @@ class GfpganEnhancer(OnnxModel):
 
     def open(self) -> None:
         """Load the model and check its I/O: a one-line EngineError naming the file otherwise."""
-        if not self.open_runtime("a GFPGAN 1.4 ONNX file"):
+        name, size = self.profile.name, self.size
+        if not self.open_runtime(f"a {self.profile.title} ONNX file"):
             return
         ins = {i.name: i for i in self.runtime.inputs}
-        outs = {o.name: o for o in self.runtime.outputs}
-        ok = (len(ins) == 1 and INPUT in ins and _spec_ok(ins[INPUT])
-              and OUTPUT in outs and _spec_ok(outs[OUTPUT]))
+        outs = [o for o in self.runtime.outputs if _spec_ok(o, size)
+                and (self.profile.output is None or o.name == self.profile.output)]
+        wanted = {INPUT, WEIGHT} if self.profile.weight is not None else {INPUT}
+        ok = set(ins) == wanted and _spec_ok(ins[INPUT], size) and bool(outs)
         if not ok:
             found = (f"inputs {[(i.name, list(i.shape)) for i in self.runtime.inputs]}, "
                      f"outputs {[(o.name, list(o.shape)) for o in self.runtime.outputs]}")
             self.runtime.close()
+            weight = f" and {WEIGHT} [1] (float64)" if self.profile.weight is not None else ""
             raise EngineError(
-                f"model file {str(self.path)!r} is not a GFPGAN 1.4 model: expected input {INPUT} "
-                f"[1,3,{CROP_SIZE},{CROP_SIZE}] and output {OUTPUT} [1,3,{CROP_SIZE},{CROP_SIZE}], found {found}")
+                f"model file {str(self.path)!r} is not a {self.profile.title} model: expected input {INPUT} "
+                f"[1,3,{size},{size}]{weight} and output {OUTPUT} [1,3,{size},{size}], found {found}")
+        self._output = OUTPUT if any(o.name == OUTPUT for o in outs) else outs[0].name
         self._dtype = np.float16 if ins[INPUT].dtype == "tensor(float16)" else np.float32
-        log.info("%s: gfpgan, every %d", self.path.name, self.every)
+        log.info("%s: %s, every %d", self.path.name, name, self.every)
 
     def close(self) -> None:
         """Release the session (its memory, on the device too) and the cached crops."""
@@ -109,28 +123,32 @@ class GfpganEnhancer(OnnxModel):
     # ---- per face ----
 
     def prepare_crop(self, frame_bgr: ImageBGR, points: Points) -> tuple[Blob, Affine]:
-        """The `input` blob (1, 3, 512, 512), RGB (x/255 - 0.5)/0.5, and the frame->crop matrix M.
+        """The `input` blob (1, 3, S, S), RGB (x/255 - 0.5)/0.5, and the frame->crop matrix M.
 
         The blob lives in the runtime's reusable host buffer (pinned memory when the
         pipeline gives the runtime a pinned allocator): it is valid until the next call.
         """
-        M = estimate_norm(as_kps5(points), CROP_SIZE, TEMPLATE)
-        crop = warp_crop(frame_bgr, M, CROP_SIZE)
-        blob = self.runtime.host_buffer(INPUT, (1, 3, CROP_SIZE, CROP_SIZE), self._dtype)
+        M = estimate_norm(as_kps5(points), self.size, self.profile.template)
+        crop = warp_crop(frame_bgr, M, self.size)
+        blob = self.runtime.host_buffer(INPUT, (1, 3, self.size, self.size), self._dtype)
         # (x/255 - 0.5)/0.5 == x/127.5 - 1, written straight into the buffer (no new blob).
         np.multiply(crop[:, :, ::-1].transpose(2, 0, 1), np.float32(1.0 / 127.5), out=blob[0], casting="unsafe")
         blob -= 1
         return blob, M
 
     def forward_blob(self, blob: Blob) -> npt.NDArray[np.floating]:
-        """Run the model: `output` (1, 3, 512, 512), nominally in [-1, 1]."""
+        """Run the model: its output (1, 3, S, S), nominally in [-1, 1]. CodeFormer also gets
+        its fidelity weight."""
         if not self.runtime.is_open:
             self.open()
-        return self.runtime.run({INPUT: blob}, [OUTPUT])[OUTPUT]
+        feeds = {INPUT: blob}
+        if self.profile.weight is not None:
+            feeds[WEIGHT] = np.array([self.profile.weight], np.float64)
+        return self.runtime.run(feeds, [self._output])[self._output]
 
     @staticmethod
     def decode_output(pred: npt.NDArray[np.floating]) -> ImageBGR:
-        """Model output to a 512x512 BGR uint8 crop: clip to [-1, 1], (x + 1)/2 * 255, rounded."""
+        """Model output to an S x S BGR uint8 crop: clip to [-1, 1], (x + 1)/2 * 255, rounded."""
         rgb = np.clip(np.asarray(pred[0], np.float32), -1.0, 1.0).transpose(1, 2, 0)
         out = np.rint((rgb + 1.0) * 127.5).astype(np.uint8)
         return np.ascontiguousarray(out[:, :, ::-1])
@@ -161,7 +179,7 @@ class GfpganEnhancer(OnnxModel):
             state.crop, M = self.forward_crop(frame_bgr, face)
         else:
             # The last result of this track, warped with the face's current alignment.
-            M = estimate_norm(as_kps5(face), CROP_SIZE, TEMPLATE)
+            M = estimate_norm(as_kps5(face), self.size, self.profile.template)
             self.reused += 1
         assert state.crop is not None
         return self.blend_crop(frame_bgr, state.crop, M)

@@ -7,6 +7,7 @@ import json
 from engines.backends.addresses import normalize_url, split_urls
 from engines.backends.base import parse_size
 from engines.backends.registry import RUNTIMES
+from engines.models.enhancers import ENHANCER_NAMES
 from engines.models.swappers import SWAPPER_NAMES
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
@@ -60,6 +61,9 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
     g.add_argument("--detect-every", type=int, metavar="N", help="run face detection every N frames")
     g.add_argument("--enhance", action="store_true",
                    help="restore the swapped faces with GFPGAN 1.4 (its file is needed: see `facestream models`)")
+    g.add_argument("--enhancer", choices=ENHANCER_NAMES, metavar="NAME",
+                   help=f"restore the swapped faces with this enhancer (enhance.model; implies --enhance): "
+                        f"{', '.join(ENHANCER_NAMES)}")
     g.add_argument("--enhance-every", type=int, metavar="K",
                    help="with --enhance: run it every K-th frame per face, re-pasting its last result between")
     g.add_argument("--max-faces", type=int, metavar="N", help="swap at most N faces per frame")
@@ -345,7 +349,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "models.swapper": getattr(args, "swapper", None), "models.pixel_boost": getattr(args, "pixel_boost", None),
         "mask.types": getattr(args, "mask", None), "mask.areas": getattr(args, "mask_areas", None),
         "mask.regions": getattr(args, "mask_regions", None),
-        "enhance.every": args.enhance_every, "enhance.enabled": True if args.enhance else None,
+        "enhance.every": args.enhance_every,
+        "enhance.enabled": True if args.enhance or getattr(args, "enhancer", None) else None,
+        "enhance.model": getattr(args, "enhancer", None),
         "runtime.max_vram": _size("--max-vram", args.max_vram),
     }
     simple.update(_runtime_overrides(getattr(args, "runtime", None), getattr(args, "triton_url", None)))

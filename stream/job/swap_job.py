@@ -84,10 +84,12 @@ class SwapJob:
         self.notes.append(self.engines.note)
         self.engines.open()
         if cfg.enhance.enabled:  # loaded only when asked for
+            from engines.models.enhancers import enhancer_profile
             from engines.models.gfpgan import GfpganEnhancer
 
             model_file = find(cfg.enhance.model, cfg.models.dir)
-            enhancer = GfpganEnhancer(runtimes(model_file), every=cfg.enhance.every)
+            enhancer = GfpganEnhancer(runtimes(model_file), every=cfg.enhance.every,
+                                      profile=enhancer_profile(cfg.enhance.model))
             enhancer.open()
             self.enhancer = enhancer
             self.notes.append(f"enhancer: {model_file.name}, every {cfg.enhance.every} frame(s) per face")

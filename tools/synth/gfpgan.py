@@ -21,18 +21,27 @@ OPSET = 17
 
 def make_gfpgan(path: str | os.PathLike[str], scale: float | Sequence[float] = 1.0,
                 bias: float | Sequence[float] = 0.0, size: int = 512, batch: int | str = 1,
-                input_name: str = "input", output_name: str = "output") -> Path:
-    """output = input * scale + bias, scale and bias per RGB channel (or one for all three)."""
+                input_name: str = "input", output_name: str = "output", weight: bool = False) -> Path:
+    """output = input * scale + bias, scale and bias per RGB channel (or one for all three).
+    `weight`: a second input `weight` float64 [1], as CodeFormer's export has (its fidelity),
+    added to the output times 0 (read, without changing the picture). The same I/O with
+    another `size` stands in for GPEN-BFR 256, RestoreFormer++ and the rest."""
     s = np.broadcast_to(np.asarray(scale, np.float32), (3,)).reshape(1, 3, 1, 1)
     b = np.broadcast_to(np.asarray(bias, np.float32), (3,)).reshape(1, 3, 1, 1)
+    nodes = [helper.make_node("Mul", [input_name, "scale"], ["scaled"]),
+             helper.make_node("Add", ["scaled", "bias"], ["shifted" if weight else output_name])]
+    inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, 3, size, size])]
+    inits = [numpy_helper.from_array(np.ascontiguousarray(s), "scale"),
+             numpy_helper.from_array(np.ascontiguousarray(b), "bias")]
+    if weight:
+        inputs.append(helper.make_tensor_value_info("weight", TensorProto.DOUBLE, [1]))
+        inits.append(numpy_helper.from_array(np.array(0.0, np.float32), "zero"))
+        nodes += [helper.make_node("Cast", ["weight"], ["weight32"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", ["weight32", "zero"], ["nothing"]),
+                  helper.make_node("Add", ["shifted", "nothing"], [output_name])]
     graph = helper.make_graph(
-        [helper.make_node("Mul", [input_name, "scale"], ["scaled"]),
-         helper.make_node("Add", ["scaled", "bias"], [output_name])],
-        "synthetic_gfpgan",
-        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, 3, size, size])],
-        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, [batch, 3, size, size])],
-        [numpy_helper.from_array(np.ascontiguousarray(s), "scale"),
-         numpy_helper.from_array(np.ascontiguousarray(b), "bias")])
+        nodes, "synthetic_gfpgan", inputs,
+        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, [batch, 3, size, size])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = 8  # readable by every onnxruntime we support
     onnx.checker.check_model(model)
