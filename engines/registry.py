@@ -50,6 +50,7 @@ class MaskSettings(Protocol):
     areas: list[str]
     regions: list[str]
     blur: float
+    every: int  # the model masks' cadence per tracked face
 
 
 @dataclass
@@ -154,7 +155,7 @@ def _masker(mask: MaskSettings | None, paths: dict[str, Path], runtime: RuntimeF
 
     if mask is None or not mask.types:
         return None
-    options = MaskOptions(tuple(mask.types), tuple(mask.areas), tuple(mask.regions), mask.blur)
+    options = MaskOptions(tuple(mask.types), tuple(mask.areas), tuple(mask.regions), mask.blur, every=mask.every)
     return Masker(options, runtime(paths["occluder"]) if "occluder" in paths else None,
                   runtime(paths["parser"]) if "parser" in paths else None)
 

@@ -239,6 +239,10 @@ class MaskConfig:
                                                         "right-eye", "glasses", "nose", "mouth", "upper-lip",
                                                         "lower-lip"])
     blur: float = 0.3  # the box mask's fade, over half the crop
+    # The model masks (occlusion, region) of a tracked face recomputed every k-th of its
+    # frames, the last ones used between (they follow the face in its crop). 1: every frame;
+    # the `fast` preset (live on 2 cores) says 3.
+    every: int = 1
 
     def __post_init__(self) -> None:
         from engines.models.masks import MaskOptions
@@ -246,7 +250,7 @@ class MaskConfig:
         self.types, self.areas, self.regions = _names(self.types), _names(self.areas), _names(self.regions)
         _check(0.0 <= self.blur <= 1.0, f"mask.blur must be from 0 to 1, got {self.blur}")
         try:
-            MaskOptions(tuple(self.types), tuple(self.areas), tuple(self.regions), self.blur)
+            MaskOptions(tuple(self.types), tuple(self.areas), tuple(self.regions), self.blur, every=self.every)
         except ValueError as exc:
             _check(False, f"mask: {exc}")
 

@@ -194,3 +194,28 @@ def test_swap_with_masks_by_flag_and_a_missing_mask_model_named(face_clip: Path,
     assert main([*args, "--output", str(tmp_path / "b.mp4"), "--stats-json", str(stats)]) == 0
     rep = json.loads(stats.read_text())
     assert rep["faces_swapped"] > 0 and probe(tmp_path / "b.mp4")["frames"] > 0
+
+
+def test_a_tracks_model_masks_run_every_kth_frame_and_are_kept_between(models: Path, frame: np.ndarray) -> None:
+    """Live presets recompute a tracked face's model masks on every k-th frame only (fast: 3):
+    between, its last masks are used again in its crop (they follow the face)."""
+    options = MaskOptions(types=("occlusion",), every=3)
+    masker = Masker(options, OrtRuntime(models / "xseg_1.onnx"))
+    swapper = InSwapper(OrtRuntime(models / "inswapper_128.onnx"), masker=masker)
+    swapper.open()
+    latent = swapper.prepare_source(np.ones(512, np.float32))
+    frame[250:300, 280:340] = (0, 0, 255)  # an occluder: the masks keep it
+    hand = np.zeros(frame.shape[:2], bool)
+    hand[258:292, 288:332] = True
+    tracked = Face(box=face().box, landmarks=face().landmarks, track_id=7)
+    for n in range(6):
+        result = swapper.forward(frame, tracked, latent)
+        assert result is not None
+        out = frame.copy()
+        swapper.paste(out, tracked, result)
+        np.testing.assert_array_equal(out[hand], frame[hand])  # kept on the frames between too
+        assert masker.model_runs == n // 3 + 1
+    for _ in range(2):  # a face of no track: every frame
+        swapper.forward(frame, face(), latent)
+    assert masker.model_runs == 2 + 2
+    assert load_config("fast").mask.every == 3 and load_config(None).mask.every == 1

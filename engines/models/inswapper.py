@@ -61,6 +61,8 @@ class InSwapBatch:
     affines: tuple[Affine, ...]
     latents: tuple[Latent, ...] = ()
     landmarks: tuple[npt.NDArray[np.float32] | None, ...] = ()  # in crop pixels, for the area mask
+    tracks: tuple[int, ...] = ()  # the faces' track ids (-1: none), for the masks' cadence
+    masks_due: tuple[bool, ...] = ()  # whose mask models run this frame
 
     @property
     def count(self) -> int:
@@ -343,20 +345,22 @@ class InSwapper(OnnxModel):
         if len(kps5_list) * t > min(tgt.shape[0], src.shape[0]):
             raise ValueError(f"{len(kps5_list)} faces but the batch buffers hold "
                              f"{min(tgt.shape[0], src.shape[0]) // t}")
-        affines, landmarks = [], []
+        affines, landmarks, tracks, due = [], [], [], []
         for i, (kps5, latent) in enumerate(zip(kps5_list, latents)):
             if self.masker is None:
                 affines.append(self.prepare_crop_into(frame_bgr, kps5, tgt[i * t:(i + 1) * t]))
             else:  # the masks' models see the same crop
                 crop, M = self.face_crop(frame_bgr, kps5)
                 self.blobs_into(crop, tgt[i * t:(i + 1) * t])
-                self.masker.prepare_into(crop, i, inputs)
+                track = kps5.track_id if isinstance(kps5, Face) else -1
+                due.append(self.masker.prepare_into(crop, i, inputs, track))
+                tracks.append(track)
                 affines.append(M)
                 lm = kps5.landmarks if isinstance(kps5, Face) else None
                 landmarks.append(None if lm is None else
                                  cv2.transform(np.asarray(lm, np.float32).reshape(-1, 1, 2), M).reshape(-1, 2))
             src[i * t:(i + 1) * t] = np.asarray(latent, np.float32).reshape(1, -1)
-        return InSwapBatch(tuple(affines), tuple(latents), tuple(landmarks))
+        return InSwapBatch(tuple(affines), tuple(latents), tuple(landmarks), tuple(tracks), tuple(due))
 
     def forward_batch(self, batch: InSwapBatch, inputs: Mapping[str, np.ndarray],
                       outputs: Mapping[str, np.ndarray]) -> Any:
@@ -365,7 +369,7 @@ class InSwapper(OnnxModel):
         pred = self._forward_swap(batch, inputs, outputs)
         if self.masker is None or not self.masker.models or batch.count == 0:
             return pred
-        return pred, self.masker.run(batch.count, inputs)
+        return pred, self.masker.run(batch.masks_due, inputs)
 
     def _forward_swap(self, batch: InSwapBatch, inputs: Mapping[str, np.ndarray],
                       outputs: Mapping[str, np.ndarray]) -> npt.NDArray[np.floating]:
@@ -426,7 +430,8 @@ class InSwapper(OnnxModel):
             mask = None
             if self.masker is not None:
                 lm = batch.landmarks[k] if k < len(batch.landmarks) else None
-                mask = self.masker.crop_mask(self.crop_size, lm, model_masks, k)
+                track = batch.tracks[k] if k < len(batch.tracks) else -1
+                mask = self.masker.crop_mask(self.crop_size, lm, model_masks, k, track)
             result = self.blend_crop(frame_bgr if running is None else running, crop, M, mask)
             if result is not None and running is not None:
                 result.paste_into(running)

@@ -15,9 +15,13 @@ masks chosen are combined by their minimum and multiply insightface's soft paste
 
 The model masks are computed on the target's crop, on the swap stage with the swapper's call
 (their inputs are prepared with the crop), and reach the composite stage as crop-space maps.
+With `every` = k > 1 a tracked face's model masks are recomputed on every k-th of its frames
+only; in between, its last maps are used again in the crop, which follows the face: they are
+warped with its current alignment (live presets state their k).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -44,6 +48,7 @@ OCCLUSION_SIZE, REGION_SIZE = 256, 512
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
 OCCLUSION_INPUT, REGION_INPUT = "occlusion_input", "region_input"  # their rows in the swap batch
+MAX_TRACKS = 64  # tracks whose last model masks are kept (the oldest are dropped)
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,11 @@ class MaskOptions:
     regions: tuple[str, ...] = tuple(REGIONS)
     blur: float = 0.3  # the box mask's fade, over half the crop
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)  # percent cut from top, right, bottom, left
+    every: int = 1  # a tracked face's model masks recomputed every k-th frame, reused between
 
     def __post_init__(self) -> None:
+        if not isinstance(self.every, int) or self.every < 1:
+            raise ValueError(f"mask cadence 'every' must be a whole number >= 1, got {self.every!r}")
         for kind, given, known in (("mask type", self.types, MASK_TYPES), ("mask area", self.areas, AREAS),
                                    ("mask region", self.regions, REGIONS)):
             bad = [g for g in given if g not in known]
@@ -136,6 +144,9 @@ class Masker:
         self.options = options
         self.occluder = occluder if "occlusion" in options.types else None
         self.parser = parser if "region" in options.types else None
+        self.model_runs = 0  # faces the mask models ran on
+        self._seen: OrderedDict[int, int] = OrderedDict()  # track -> its frames so far (prepare's thread)
+        self._kept: OrderedDict[int, dict[str, Mask]] = OrderedDict()  # track -> its last maps (finish's)
 
     @property
     def models(self) -> bool:
@@ -162,36 +173,62 @@ class Masker:
             out[REGION_INPUT] = ((rows, 3, REGION_SIZE, REGION_SIZE), np.dtype(np.float32))
         return out
 
-    def prepare_into(self, crop_bgr: npt.NDArray[np.uint8], i: int, inputs: Mapping[str, np.ndarray]) -> None:
-        """The models' inputs for face i's target crop."""
+    def prepare_into(self, crop_bgr: npt.NDArray[np.uint8], i: int, inputs: Mapping[str, np.ndarray],
+                     track: int = -1) -> bool:
+        """The models' inputs for face i's target crop, when its masks are due this frame (a
+        face of no track always; a track on its 1st, (k+1)th ... frame). Returns whether."""
+        if not self.models:
+            return False
+        if self.options.every > 1 and track >= 0:
+            seen = self._seen.pop(track, 0)
+            self._seen[track] = seen + 1
+            while len(self._seen) > MAX_TRACKS:
+                self._seen.popitem(last=False)
+            if seen % self.options.every:
+                return False
         if self.occluder is not None:
             occlusion_input(crop_bgr, inputs[OCCLUSION_INPUT][i])
         if self.parser is not None:
             region_input(crop_bgr, inputs[REGION_INPUT][i])
+        return True
 
-    def run(self, n: int, inputs: Mapping[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
-        """The models on the batch's n faces (one call each per face: the published exports
-        are batch-1): their outputs by mask type."""
-        out: dict[str, list[np.ndarray]] = {}
+    def run(self, due: Sequence[bool], inputs: Mapping[str, np.ndarray]) -> dict[str, list[np.ndarray | None]]:
+        """The models on the batch's faces whose masks are due (one call each per face: the
+        published exports are batch-1): their outputs by mask type, None for a face not due."""
+        out: dict[str, list[np.ndarray | None]] = {}
         for kind, runtime, name in (("occlusion", self.occluder, OCCLUSION_INPUT),
                                     ("region", self.parser, REGION_INPUT)):
             if runtime is None:
                 continue
             feed = runtime.inputs[0].name
-            out[kind] = [next(iter(runtime.run({feed: inputs[name][i:i + 1]}).values()))[0] for i in range(n)]
+            out[kind] = [next(iter(runtime.run({feed: inputs[name][i:i + 1]}).values()))[0] if run else None
+                         for i, run in enumerate(due)]
+        self.model_runs += sum(due)
         return out
 
     def crop_mask(self, size: int, landmarks: npt.NDArray[np.floating] | None,
-                  outputs: Mapping[str, Sequence[np.ndarray]], i: int) -> Mask | None:
-        """Face i's mask (the minimum of the chosen ones), or None when none applies."""
+                  outputs: Mapping[str, Sequence[np.ndarray | None]], i: int, track: int = -1) -> Mask | None:
+        """Face i's mask (the minimum of the chosen ones), or None when none applies. A model
+        mask not computed this frame is the track's last one (in crop space: it follows the
+        face's alignment)."""
         masks = []
         types = self.options.types
         if "box" in types:
             masks.append(box_mask(size, self.options.blur, self.options.padding))
         if "area" in types and landmarks is not None:
             masks.append(area_mask(landmarks, size, self.options.areas))
-        if "occlusion" in outputs:
-            masks.append(occlusion_mask(outputs["occlusion"][i], size))
-        if "region" in outputs:
-            masks.append(region_mask(outputs["region"][i], size, self.options.regions))
+        kept = self._kept.pop(track, {}) if track >= 0 else {}
+        for kind, make in (("occlusion", lambda o: occlusion_mask(o, size)),
+                           ("region", lambda o: region_mask(o, size, self.options.regions))):
+            if kind not in outputs:
+                continue
+            fresh = outputs[kind][i] if i < len(outputs[kind]) else None
+            mask = make(fresh) if fresh is not None else kept.get(kind)
+            if mask is not None and mask.shape == (size, size):
+                kept[kind] = mask
+                masks.append(mask)
+        if track >= 0 and kept:
+            self._kept[track] = kept
+            while len(self._kept) > MAX_TRACKS:
+                self._kept.popitem(last=False)
         return np.minimum.reduce(masks) if masks else None
