@@ -3,6 +3,7 @@ verified by a sha256 or by the CRC32 published beside the file, the next address
 down or sends a bad file, a dropped connection resumed, Ctrl-C, and never a partial file."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import http.server
 import io
@@ -282,3 +283,37 @@ def test_bad_fetch_arguments_are_one_line(tmp_path: Path, capsys: pytest.Capture
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and needle in err
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.slow
+def test_fetch_a_swapper_by_name_then_swap_with_it(tmp_path: Path, face_clip: Path, source_photo: Path,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    """The issue's path: `models fetch hyperswap_1a_256` from a mirror (a synthetic file of its
+    exact I/O, its CRC32 published beside it) downloads, verifies and places it, and a swap
+    with `--swapper hyperswap_1a_256` runs on it."""
+    from tests.fixtures import build_scrfd_model, make_arcface, make_hyperswap
+
+    served = tmp_path / "served"
+    served.mkdir()
+    body = make_hyperswap(served / "hyperswap_1a_256.onnx").read_bytes()
+    (served / "hyperswap_1a_256.hash").write_text(crc(body))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    models = tmp_path / "models"
+    try:
+        assert fetch_cli("hyperswap_1a_256", "--from", f"http://127.0.0.1:{httpd.server_address[1]}",
+                         "--models-dir", str(models)) == 0
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert (models / "hyperswap_1a_256.onnx").read_bytes() == body
+    assert "CRC32 verified" in capsys.readouterr().out
+    build_scrfd_model(models / "det_10g.onnx", seed=3)
+    make_arcface(models / "w600k_r50.onnx", seed=4)
+    out = tmp_path / "out.mp4"
+    assert main(["swap", "--engine", "neural", "--swapper", "hyperswap_1a_256", "--models-dir", str(models),
+                 "--source", str(source_photo), "--input", str(face_clip), "--output", str(out),
+                 "--x264-preset", "ultrafast", "-q"]) == 0
+    assert "hyperswap_1a_256.onnx" in capsys.readouterr().out and out.stat().st_size > 0
