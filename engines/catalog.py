@@ -8,11 +8,15 @@ per-user folder (`$XDG_DATA_HOME/facestream/models`, by default
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from engines.errors import ModelNotFound
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -197,12 +201,17 @@ def search_dirs(models_dir: str | os.PathLike[str] | None = None) -> list[Path]:
     return dirs
 
 
+def named(table: Mapping[str, T], name: str, kind: str) -> T:
+    """`table[name]`; a ValueError naming the `kind` and listing the known names otherwise."""
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(table)}") from None
+
+
 def entry(name: str) -> ModelEntry:
     """The catalog entry `name`; ValueError listing the known names otherwise."""
-    try:
-        return CATALOG[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(CATALOG)}") from None
+    return named(CATALOG, name, "model")
 
 
 def locate(name: str, models_dir: str | os.PathLike[str] | None = None) -> Path | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from engines.catalog import CATALOG, entry, find, locate, search_dirs
 from engines.errors import EngineError, ModelNotFound
 from engines.fetch import fetch
 from stream.cli.main import main
+from tests.fixtures.http_files import http_server
 
 PAYLOAD = os.urandom(3 * (1 << 20) + 12345)  # a few chunks and a ragged tail
 
@@ -41,12 +41,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with http_server(Handler) as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@ verified by a sha256 or by the CRC32 published beside the file, the next address
 down or sends a bad file, a dropped connection resumed, Ctrl-C, and never a partial file."""
 from __future__ import annotations
 
-import functools
 import hashlib
 import http.server
 import io
@@ -12,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import zipfile
 import zlib
@@ -25,6 +23,7 @@ from engines.catalog import CATALOG, DEFAULT_SET, Address, entry
 from engines.errors import EngineError
 from engines.fetch import fetch_model
 from stream.cli.main import main
+from tests.fixtures.http_files import http_server
 
 ROOT = Path(__file__).resolve().parent.parent
 # One synthetic body per catalog file (the real ones cannot be downloaded here).
@@ -109,12 +108,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with http_server(Handler) as url:
+        yield url
 
 
 @pytest.fixture
@@ -297,17 +292,9 @@ def test_fetch_a_swapper_by_name_then_swap_with_it(tmp_path: Path, face_clip: Pa
     served.mkdir()
     body = make_hyperswap(served / "hyperswap_1a_256.onnx").read_bytes()
     (served / "hyperswap_1a_256.hash").write_text(crc(body))
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
-    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     models = tmp_path / "models"
-    try:
-        assert fetch_cli("hyperswap_1a_256", "--from", f"http://127.0.0.1:{httpd.server_address[1]}",
-                         "--models-dir", str(models)) == 0
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with http_server(folder=served) as url:
+        assert fetch_cli("hyperswap_1a_256", "--from", url, "--models-dir", str(models)) == 0
     assert (models / "hyperswap_1a_256.onnx").read_bytes() == body
     assert "CRC32 verified" in capsys.readouterr().out
     build_scrfd_model(models / "det_10g.onnx", seed=3)

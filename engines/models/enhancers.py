@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engines.catalog import named
+
 
 @dataclass(frozen=True)
 class EnhancerProfile:
@@ -41,9 +43,6 @@ ENHANCER_NAMES = tuple(ENHANCERS)
 
 def enhancer_profile(name: str) -> EnhancerProfile:
     """The enhancer `name`; a ValueError listing the known ones otherwise."""
-    try:
-        return ENHANCERS[name]
-    except KeyError:
-        raise ValueError(f"unknown enhancer {name!r}; known: {', '.join(ENHANCERS)}") from None
+    return named(ENHANCERS, name, "enhancer")
 
 

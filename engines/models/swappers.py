@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engines.catalog import named
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -67,7 +69,4 @@ SWAPPER_NAMES = tuple(PROFILES)
 
 def profile(name: str) -> SwapperProfile:
     """The swapper `name`; a ValueError listing the known ones otherwise."""
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown swapper {name!r}; known: {', '.join(PROFILES)}") from None
+    return named(PROFILES, name, "swapper")
