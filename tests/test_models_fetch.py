@@ -137,7 +137,7 @@ def fetch_cli(*args: str) -> int:
 def test_a_model_by_name_from_a_mirror_verified_by_its_published_crc32(
         server: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     folder = tmp_path / "models"
-    assert fetch_cli("inswapper_128", "--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert fetch_cli("inswapper_128", "--mirror", f"{server}/good", "--models-dir", str(folder)) == 0
     assert (folder / "inswapper_128.onnx").read_bytes() == BODIES["inswapper_128.onnx"]
     assert sorted(p.name for p in folder.iterdir()) == ["inswapper_128.onnx"]
     out = capsys.readouterr().out
@@ -149,11 +149,11 @@ def test_a_model_by_name_from_a_mirror_verified_by_its_published_crc32(
 def test_no_name_gets_the_default_set_and_all_gets_every_model(server: str, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture) -> None:
     folder = tmp_path / "models"
-    assert fetch_cli("--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert fetch_cli("--mirror", f"{server}/good", "--models-dir", str(folder)) == 0
     assert sorted(p.name for p in folder.iterdir()) == sorted(entry(n).file for n in DEFAULT_SET)
     assert set(DEFAULT_SET) == {"scrfd_10g", "arcface_w600k_r50", "inswapper_128", "2dfan4"}
     capsys.readouterr()
-    assert fetch_cli("--all", "--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert fetch_cli("--all", "--mirror", f"{server}/good", "--models-dir", str(folder)) == 0
     out = capsys.readouterr().out
     assert sorted(p.name for p in folder.iterdir()) == sorted(e.file for e in CATALOG.values())
     assert f"{len(CATALOG) - len(DEFAULT_SET)} fetched, {len(DEFAULT_SET)} already present" in out
@@ -163,7 +163,7 @@ def test_no_name_gets_the_default_set_and_all_gets_every_model(server: str, tmp_
 def test_a_mirror_that_is_down_gives_way_to_the_next(server: str, closed_port: str, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture) -> None:
     folder = tmp_path / "models"
-    assert fetch_cli("2dfan4", "--from", closed_port, "--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert fetch_cli("2dfan4", "--mirror", closed_port, "--mirror", f"{server}/good", "--models-dir", str(folder)) == 0
     assert (folder / "2dfan4.onnx").read_bytes() == BODIES["2dfan4.onnx"]
     err = capsys.readouterr().err
     assert "trying the next address" in err and closed_port.split("/")[2] in err
@@ -177,7 +177,7 @@ def test_a_mirror_that_is_down_gives_way_to_the_next(server: str, closed_port: s
 def test_a_bad_download_is_one_line_and_leaves_no_file(server: str, tmp_path: Path, capsys: pytest.CaptureFixture,
                                                        kind: str, needle: str) -> None:
     folder = tmp_path / "models"
-    assert fetch_cli("gfpgan_1.4", "--from", f"{server}/{kind}", "--models-dir", str(folder)) == 1
+    assert fetch_cli("gfpgan_1.4", "--mirror", f"{server}/{kind}", "--models-dir", str(folder)) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("facestream: error: model 'gfpgan_1.4' (gfpgan_1.4.onnx): no address gave a verified")
     assert pytest.importorskip("re").search(needle, err[-1]), err[-1]
@@ -187,7 +187,7 @@ def test_a_bad_download_is_one_line_and_leaves_no_file(server: str, tmp_path: Pa
 @pytest.mark.parametrize("kind", ["cut", "norange"])
 def test_a_dropped_connection_is_resumed_or_restarted(server: str, tmp_path: Path, kind: str) -> None:
     folder = tmp_path / "models"
-    assert fetch_cli("2dfan4", "--from", f"{server}/{kind}", "--models-dir", str(folder)) == 0
+    assert fetch_cli("2dfan4", "--mirror", f"{server}/{kind}", "--models-dir", str(folder)) == 0
     assert (folder / "2dfan4.onnx").read_bytes() == BODIES["2dfan4.onnx"]
     gets = [r for p, r in Handler.requests if p == f"/{kind}/2dfan4.onnx"]
     half = (len(BODIES["2dfan4.onnx"])) // 2
@@ -199,7 +199,7 @@ def test_ctrl_c_mid_download_stops_in_one_line_and_leaves_nothing(server: str, t
     folder = tmp_path / "models"
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")}
     proc = subprocess.Popen([sys.executable, "-m", "stream.cli.main", "models", "fetch", "inswapper_128",
-                             "--from", f"{server}/slow", "--models-dir", str(folder)],
+                             "--mirror", f"{server}/slow", "--models-dir", str(folder)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not list(folder.glob("*.part")):
@@ -217,9 +217,9 @@ def test_present_files_are_kept_unless_forced(server: str, tmp_path: Path, capsy
     folder = tmp_path / "models"
     folder.mkdir()
     (folder / "2dfan4.onnx").write_bytes(b"mine")
-    assert fetch_cli("2dfan4", "--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert fetch_cli("2dfan4", "--mirror", f"{server}/good", "--models-dir", str(folder)) == 0
     assert (folder / "2dfan4.onnx").read_bytes() == b"mine" and "already in" in capsys.readouterr().out
-    assert fetch_cli("2dfan4", "--force", "--from", f"{server}/good", "--models-dir", str(folder)) == 0
+    assert fetch_cli("2dfan4", "--force", "--mirror", f"{server}/good", "--models-dir", str(folder)) == 0
     assert (folder / "2dfan4.onnx").read_bytes() == BODIES["2dfan4.onnx"]
 
 
@@ -294,7 +294,7 @@ def test_fetch_a_swapper_by_name_then_swap_with_it(tmp_path: Path, face_clip: Pa
     (served / "hyperswap_1a_256.hash").write_text(crc(body))
     models = tmp_path / "models"
     with http_server(folder=served) as url:
-        assert fetch_cli("hyperswap_1a_256", "--from", url, "--models-dir", str(models)) == 0
+        assert fetch_cli("hyperswap_1a_256", "--mirror", url, "--models-dir", str(models)) == 0
     assert (models / "hyperswap_1a_256.onnx").read_bytes() == body
     assert "CRC32 verified" in capsys.readouterr().out
     build_scrfd_model(models / "det_10g.onnx", seed=3)

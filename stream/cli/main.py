@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -355,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except (StreamError, EngineError, CliError, ValueError) as exc:
         print(f"facestream: error: {exc}{_written_so_far(written)}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:  # `facestream models | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
     except Exception as exc:  # a bug: still one line, the traceback only with --verbose
         log.debug("unexpected error", exc_info=exc)

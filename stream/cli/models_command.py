@@ -106,8 +106,9 @@ def cmd_models(args: argparse.Namespace) -> int:
         where = f"found: {found}" if found else f"missing: put {item.file} in {dirs[0]}"
         if not found and name in DEFAULT_SET:
             missing.append(name)
-        print(f"  {name:<20} {item.kind:<10} {where}")
-        print(f"  {'':<20} {'':<10} licence: {item.licence or 'not stated'}")
+        size = _size(found.stat().st_size if found else item.size)
+        print(f"  {name:<24} {item.kind:<10} {where}")
+        print(f"  {'':<24} {'':<10} {size}; licence: {item.licence or 'not stated'}")
     if missing:
         print(f"the default neural set lacks {', '.join(missing)}: `facestream models fetch` gets them")
     return 0

@@ -286,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "downloaded. A file already present is kept (--force fetches it again).")
     fetch.add_argument("names", nargs="*", metavar="NAME", help="catalog names, e.g. inswapper_128")
     fetch.add_argument("--all", action="store_true", help="every model of the catalog")
-    fetch.add_argument("--from", dest="mirrors", action="append", default=[], metavar="URL",
+    fetch.add_argument("--mirror", dest="mirrors", action="append", default=[], metavar="URL",
                        help="a mirror of your own instead of the public addresses: URL/<file>, verified by the "
                             "catalog's sha256 or by URL/<name>.hash (repeatable, tried in order; also "
                             "$FACESTREAM_MODEL_MIRRORS, comma-separated)")
