@@ -177,11 +177,14 @@ DEFAULT_SET = tuple(name for name, e in CATALOG.items() if e.default)
 
 
 def mirror_addresses(entry: ModelEntry, bases: list[str]) -> tuple[Address, ...]:
-    """`entry`'s file on mirrors of one's own (base URLs holding the catalog's file names):
-    verified by a sha256 the catalog knows for the file or by a `.hash` beside it there."""
+    """`entry`'s file on mirrors of one's own (base URLs holding the catalog's file names),
+    checked against the catalog's checksums: the sha256 or CRC32 it states for the file, and
+    where it states no CRC32, the `.hash` beside the file on the mirror (FaceFusion's copies,
+    whose CRC32 the catalog fetches from their host)."""
     stem = entry.file.rsplit(".", 1)[0]
-    return tuple(Address(f"{base.rstrip('/')}/{entry.file}", sha256=entry.sha256,
-                         checksum_url=f"{base.rstrip('/')}/{stem}.hash") for base in bases)
+    crc32 = next((a.crc32 for a in entry.addresses if a.crc32), None)
+    return tuple(Address(f"{base.rstrip('/')}/{entry.file}", sha256=entry.sha256, crc32=crc32,
+                         checksum_url=None if crc32 else f"{base.rstrip('/')}/{stem}.hash") for base in bases)
 
 
 def user_models_dir() -> Path:

@@ -3,6 +3,7 @@ verified by a sha256 or by the CRC32 published beside the file, the next address
 down or sends a bad file, a dropped connection resumed, Ctrl-C, and never a partial file."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.server
 import io
@@ -122,6 +123,17 @@ def closed_port() -> str:
 
 
 @pytest.fixture(autouse=True)
+def stated_checksums_of_the_synthetic_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the catalog states a file's CRC32 (2dfan4, xseg_1 ...), the synthetic body's own
+    stands in for it here: a mirror is checked against what the catalog states."""
+    for name, item in CATALOG.items():
+        if any(a.crc32 for a in item.addresses):
+            addresses = tuple(dataclasses.replace(a, crc32=crc(BODIES[item.file])) if a.crc32 else a
+                              for a in item.addresses)
+            monkeypatch.setitem(CATALOG, name, dataclasses.replace(item, addresses=addresses))
+
+
+@pytest.fixture(autouse=True)
 def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("FACESTREAM_MODELS", raising=False)
@@ -211,6 +223,19 @@ def test_ctrl_c_mid_download_stops_in_one_line_and_leaves_nothing(server: str, t
     assert proc.returncode == 130, (out, err)
     assert [line for line in err.splitlines() if line.strip() and "MB" not in line] == ["facestream: interrupted"]
     assert list(folder.iterdir()) == []
+
+
+def test_a_mirror_cannot_override_a_checksum_the_catalog_states(server: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    item = CATALOG["2dfan4"]
+    stated = tuple(dataclasses.replace(a, crc32="a948738e") if a.crc32 else a for a in item.addresses)
+    monkeypatch.setitem(CATALOG, "2dfan4", dataclasses.replace(item, addresses=stated))  # the published value
+    folder = tmp_path / "models"
+    assert fetch_cli("2dfan4", "--mirror", f"{server}/good", "--models-dir", str(folder)) == 1
+    assert "expected a948738e" in capsys.readouterr().err  # the mirror's own .hash is not asked
+    assert list(folder.iterdir()) == []
+    assert not any(p.endswith(".hash") for p, _ in Handler.requests)
 
 
 def test_present_files_are_kept_unless_forced(server: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
