@@ -220,7 +220,7 @@ def test_a_model_the_server_lacks_is_a_one_line_error(server: TritonServer, tmp_
         TritonRuntime(tmp_path / "2dfan4.onnx", _options(server.grpc_url)).open()
     text = str(err.value)
     assert "\n" not in text and f"triton {server.grpc_url}: does not serve model '2dfan4'" in text
-    assert "it serves: arcface_w600k_r50, inswapper_128, scrfd_10g" in text
+    assert "it serves: arcface_w600k_r50, hyperswap_1a_256, inswapper_128, scrfd_10g" in text
 
 
 def test_the_factory_serves_what_the_server_has_and_runs_the_rest_locally(server: TritonServer, models_dir: Path,
