@@ -10,11 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engines.backends.registry import RuntimeFactory, runtime_factory
 from engines.classic.swapper import ClassicalOptions
 from engines.protocols import Detector, Embedder, Landmarker, Swapper
+
+if TYPE_CHECKING:
+    from engines.models.masks import Masker
 
 
 class DetectSettings(Protocol):
@@ -150,7 +153,7 @@ def _neural_files(models: ModelSettings, mask: MaskSettings | None = None
     return found, missing
 
 
-def _masker(mask: MaskSettings | None, paths: dict[str, Path], runtime: RuntimeFactory) -> Any:
+def _masker(mask: MaskSettings | None, paths: dict[str, Path], runtime: RuntimeFactory) -> Masker | None:
     from engines.models.masks import Masker, MaskOptions
 
     if mask is None or not mask.types:
