@@ -202,15 +202,17 @@ def fetch(url: str, dest: Path, sha256: str | None = None, progress: Progress | 
 
 def fetch_model(entry: ModelEntry, dest: Path, addresses: tuple[Address, ...],
                 progress: Progress | None = None, archives: dict[str, Path] | None = None,
-                tried: Callable[[Address, str], None] | None = None) -> tuple[Address, str]:
-    """`entry`'s file to `dest` from the first of `addresses` that gives a verified file.
+                tried: Callable[[Address, str], None] | None = None,
+                require_check: bool = True) -> tuple[Address, str]:
+    """`entry`'s file to `dest` from the first of `addresses` that gives a verified file
+    (`require_check` off: an address with no checksum is taken as it comes, the user's own).
     `tried(address, reason)` is told of each address that failed before the next is tried.
     Returns the address used and how it was verified; EngineError (one line, every address's
     reason) when none did."""
     failures = []
     for address in addresses:
         try:
-            return address, fetch_address(address, dest, progress, archives)
+            return address, fetch_address(address, dest, progress, archives, require_check)
         except DownloadFailed as exc:
             failures.append(f"{address.host}: {exc.reason}")
             if tried is not None:

@@ -45,7 +45,6 @@ Blob: TypeAlias = npt.NDArray[np.floating]  # (1, 3, 512, 512), RGB in [-1, 1]
 Points: TypeAlias = npt.NDArray[np.floating] | Face  # 5 points (5, 2), 68 landmarks (68, 2) or a Face
 
 CROP_SIZE = 512  # GFPGAN's
-TEMPLATE = "ffhq_512"
 INPUT, OUTPUT, WEIGHT = "input", "output", "weight"
 MAX_TRACKS = 64  # cached crops kept at most (768 KiB each): tracks that vanish are evicted
 _DOWNSCALE_FROM = 2.0  # crop pixels per frame pixel above which the crop is area-shrunk first

@@ -46,7 +46,6 @@ Blob: TypeAlias = npt.NDArray[np.float32]  # (N, 3, S, S), RGB normalised as the
 
 CROP_SIZE = 128  # inswapper's
 LATENT_DIM = 512
-TEMPLATE = "arcface_128"
 TARGET, SOURCE, OUTPUT = "target", "source", "output"
 INSWAPPER_128 = PROFILES["inswapper_128"]
 

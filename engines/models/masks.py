@@ -21,6 +21,7 @@ warped with its current alignment (live presets state their k).
 """
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -70,8 +71,10 @@ class MaskOptions:
                 raise ValueError(f"unknown {kind} {bad[0]!r}; known: {', '.join(known)}")
 
 
+@functools.lru_cache(maxsize=8)
 def box_mask(size: int, blur: float, padding: tuple[int, int, int, int] = (0, 0, 0, 0)) -> Mask:
-    """The crop with faded edges: `blur` x half the crop's width, after the padding."""
+    """The crop with faded edges: `blur` x half the crop's width, after the padding. The same
+    for every face and frame: made once (read-only, shared)."""
     amount = int(size * 0.5 * blur)
     area = max(amount // 2, 1)
     top, right, bottom, left = padding
@@ -82,6 +85,7 @@ def box_mask(size: int, blur: float, padding: tuple[int, int, int, int] = (0, 0,
     mask[:, size - max(area, int(size * right / 100)):] = 0
     if amount > 0:
         mask = cv2.GaussianBlur(mask, (0, 0), amount * 0.25)
+    mask.flags.writeable = False
     return mask
 
 

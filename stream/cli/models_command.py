@@ -37,7 +37,7 @@ def _names(args: argparse.Namespace) -> list[str]:
 def _fetch_one(args: argparse.Namespace, item: ModelEntry, dest: Path, mirrors: list[str],
                archives: dict[str, Path]) -> None:
     from engines.catalog import Address, mirror_addresses
-    from engines.fetch import fetch, fetch_model
+    from engines.fetch import fetch_model
 
     if args.url:
         addresses: tuple[Address, ...] = (Address(args.url, sha256=args.sha256),)
@@ -55,12 +55,8 @@ def _fetch_one(args: argparse.Namespace, item: ModelEntry, dest: Path, mirrors: 
         bar.close()
         print(f"  {address.host}: {reason}; trying the next address", file=sys.stderr)
 
-    try:
-        if args.url and not args.sha256:  # the user's own address, unverified (as they asked)
-            fetch(args.url, dest, None, progress)
-            address, how = addresses[0], ""
-        else:
-            address, how = fetch_model(item, dest, addresses, progress, archives, tried)
+    try:  # the user's own --url without --sha256 is taken unverified, as they asked
+        address, how = fetch_model(item, dest, addresses, progress, archives, tried, require_check=not args.url)
     finally:
         bar.close()
     checked = f"{how} verified" if how else "not verified: no checksum given"
