@@ -28,7 +28,7 @@ from engines.models.masks import (
 from stream.cli.main import main
 from stream.config import load_config
 from stream.errors import ConfigError
-from tests.fixtures import build_scrfd_model, make_arcface, make_inswapper, probe
+from tests.fixtures import detector_and_embedder, make_inswapper, probe
 from tools.cost_models import mean_face_68
 from tools.synth.masks import make_bisenet, make_xseg
 
@@ -178,10 +178,7 @@ def test_a_mask_model_of_the_wrong_shape_is_one_line(models: Path) -> None:
 @pytest.mark.slow
 def test_swap_with_masks_by_flag_and_a_missing_mask_model_named(face_clip: Path, source_photo: Path, tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture) -> None:
-    d = tmp_path / "models"
-    d.mkdir()
-    build_scrfd_model(d / "det_10g.onnx", seed=3)
-    make_arcface(d / "w600k_r50.onnx", seed=4)
+    d = detector_and_embedder(tmp_path / "models")
     make_inswapper(d / "inswapper_128.onnx", seed=5)
     args = ["swap", "--engine", "neural", "--models-dir", str(d), "--source", str(source_photo), "--input",
             str(face_clip), "--x264-preset", "ultrafast", "-q", "--mask", "area,occlusion", "--mask-areas",

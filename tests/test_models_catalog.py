@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +12,12 @@ from engines.catalog import CATALOG, entry, find, locate, search_dirs
 from engines.errors import EngineError, ModelNotFound
 from engines.fetch import fetch
 from stream.cli.main import main
-from tests.fixtures.http_files import http_server
+from tests.fixtures.http_files import QuietHandler, http_server
 
 PAYLOAD = os.urandom(3 * (1 << 20) + 12345)  # a few chunks and a ragged tail
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(QuietHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         if self.path == "/model.onnx":
             self.send_response(200)
@@ -34,9 +33,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             self.send_error(404)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import http.server
 import io
 import os
 import signal
@@ -24,7 +23,7 @@ from engines.catalog import CATALOG, DEFAULT_SET, Address, entry
 from engines.errors import EngineError
 from engines.fetch import fetch_model
 from stream.cli.main import main
-from tests.fixtures.http_files import http_server
+from tests.fixtures.http_files import QuietHandler, http_server
 
 ROOT = Path(__file__).resolve().parent.parent
 # One synthetic body per catalog file (the real ones cannot be downloaded here).
@@ -46,7 +45,7 @@ def pack(*files: str) -> bytes:
 PACK = pack("det_10g.onnx", "w600k_r50.onnx")
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(QuietHandler):
     """/good/F: the file, its `.hash` beside it, ranges honoured; /bad/F: other bytes under a
     true `.hash`; /nohash/F: no `.hash`; /cut/F: the first answer to each client stops half
     way; /cutall/F: every answer does; /norange/F: ranges ignored, the first answer cut;
@@ -102,9 +101,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if cut:
             self.wfile.flush()
             self.close_connection = True
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +307,7 @@ def test_fetch_a_swapper_by_name_then_swap_with_it(tmp_path: Path, face_clip: Pa
     """The issue's path: `models fetch hyperswap_1a_256` from a mirror (a synthetic file of its
     exact I/O, its CRC32 published beside it) downloads, verifies and places it, and a swap
     with `--swapper hyperswap_1a_256` runs on it."""
-    from tests.fixtures import build_scrfd_model, make_arcface, make_hyperswap
+    from tests.fixtures import detector_and_embedder, make_hyperswap
 
     served = tmp_path / "served"
     served.mkdir()
@@ -322,8 +318,7 @@ def test_fetch_a_swapper_by_name_then_swap_with_it(tmp_path: Path, face_clip: Pa
         assert fetch_cli("hyperswap_1a_256", "--mirror", url, "--models-dir", str(models)) == 0
     assert (models / "hyperswap_1a_256.onnx").read_bytes() == body
     assert "CRC32 verified" in capsys.readouterr().out
-    build_scrfd_model(models / "det_10g.onnx", seed=3)
-    make_arcface(models / "w600k_r50.onnx", seed=4)
+    detector_and_embedder(models)
     out = tmp_path / "out.mp4"
     assert main(["swap", "--engine", "neural", "--swapper", "hyperswap_1a_256", "--models-dir", str(models),
                  "--source", str(source_photo), "--input", str(face_clip), "--output", str(out),

@@ -23,8 +23,7 @@ from engines.models.swappers import PROFILES, profile
 from stream.cli.main import main
 from stream.runtime.allocator import PinnedAllocator
 from tests.fixtures import (
-    build_scrfd_model,
-    make_arcface,
+    detector_and_embedder,
     make_converter,
     make_hyperswap,
     make_inswapper,
@@ -164,10 +163,7 @@ def test_a_file_of_another_swapper_is_a_one_line_error(folder: Path) -> None:
 @pytest.mark.parametrize("name", ["hyperswap_1a_256", "simswap_256"])
 def test_swap_with_a_swapper_by_name(name: str, face_clip: Path, source_photo: Path, tmp_path: Path,
                                      capsys: pytest.CaptureFixture) -> None:
-    models = tmp_path / "models"
-    models.mkdir()
-    build_scrfd_model(models / "det_10g.onnx", seed=3)
-    make_arcface(models / "w600k_r50.onnx", seed=4)
+    models = detector_and_embedder(tmp_path / "models")
     model_file(name, models)
     make_converter(models / "crossface_simswap.onnx", seed=7)
     out, stats = tmp_path / "out.mp4", tmp_path / "stats.json"
@@ -183,10 +179,7 @@ def test_swap_with_a_swapper_by_name(name: str, face_clip: Path, source_photo: P
 
 def test_a_missing_converter_is_named(face_clip: Path, source_photo: Path, tmp_path: Path,
                                       capsys: pytest.CaptureFixture) -> None:
-    models = tmp_path / "models"
-    models.mkdir()
-    build_scrfd_model(models / "det_10g.onnx", seed=3)
-    make_arcface(models / "w600k_r50.onnx", seed=4)
+    models = detector_and_embedder(tmp_path / "models")
     model_file("simswap_256", models)
     assert main(["swap", "--engine", "neural", "--swapper", "simswap_256", "--models-dir", str(models),
                  "--source", str(source_photo), "--input", str(face_clip), "--output", str(tmp_path / "o.mp4"),
@@ -281,10 +274,7 @@ def test_a_pixel_boost_that_does_not_fit_is_one_line(boost: int, says: str, tmp_
 
 @pytest.mark.slow
 def test_swap_with_pixel_boost_calls_the_model_per_tile(face_clip: Path, source_photo: Path, tmp_path: Path) -> None:
-    models = tmp_path / "models"
-    models.mkdir()
-    build_scrfd_model(models / "det_10g.onnx", seed=3)
-    make_arcface(models / "w600k_r50.onnx", seed=4)
+    models = detector_and_embedder(tmp_path / "models")
     make_inswapper(models / "inswapper_128.onnx", seed=5)
     out, stats = tmp_path / "out.mp4", tmp_path / "stats.json"
     assert main(["swap", "--engine", "neural", "--pixel-boost", "256", "--models-dir", str(models),
