@@ -10,6 +10,7 @@ import yaml
 
 from engines.backends.base import RuntimeOptions
 from engines.classic.swapper import BLENDS, ClassicalOptions
+from engines.models.masks import AREAS, REGIONS, MaskOptions
 from engines.registry import ENGINE_NAMES
 from stream.errors import ConfigError
 
@@ -234,10 +235,8 @@ class MaskConfig:
     parser; `regions` chooses which are pasted). None: insightface's paste mask alone."""
 
     types: list[str] = field(default_factory=list)
-    areas: list[str] = field(default_factory=lambda: ["upper-face", "lower-face", "mouth"])
-    regions: list[str] = field(default_factory=lambda: ["skin", "left-eyebrow", "right-eyebrow", "left-eye",
-                                                        "right-eye", "glasses", "nose", "mouth", "upper-lip",
-                                                        "lower-lip"])
+    areas: list[str] = field(default_factory=lambda: list(AREAS))  # all: the whole face
+    regions: list[str] = field(default_factory=lambda: list(REGIONS))
     blur: float = 0.3  # the box mask's fade, over half the crop
     # The model masks (occlusion, region) of a tracked face recomputed every k-th of its
     # frames, the last ones used between (they follow the face in its crop). 1: every frame;
@@ -245,8 +244,6 @@ class MaskConfig:
     every: int = 1
 
     def __post_init__(self) -> None:
-        from engines.models.masks import MaskOptions
-
         self.types, self.areas, self.regions = _names(self.types), _names(self.areas), _names(self.regions)
         _check(0.0 <= self.blur <= 1.0, f"mask.blur must be from 0 to 1, got {self.blur}")
         try:

@@ -8,6 +8,7 @@ from engines.backends.addresses import normalize_url, split_urls
 from engines.backends.base import parse_size
 from engines.backends.registry import RUNTIMES
 from engines.models.enhancers import ENHANCER_NAMES
+from engines.models.masks import AREAS, MASK_TYPES, REGIONS
 from engines.models.swappers import SWAPPER_NAMES
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
@@ -40,14 +41,13 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
                    help=f"the neural swapper (models.swapper; default inswapper_128): {', '.join(SWAPPER_NAMES)}; "
                         f"`facestream models fetch NAME` gets its file")
     g.add_argument("--mask", metavar="TYPES",
-                   help="face masks of the neural swappers (mask.types), comma-separated: box, occlusion (an "
-                        "XSeg file), area (from the landmarks, no model), region (a BiSeNet file)")
+                   help=f"face masks of the neural swappers (mask.types), comma-separated: {', '.join(MASK_TYPES)} "
+                        f"(occlusion needs an XSeg file, region a BiSeNet file; area is made from the landmarks)")
     g.add_argument("--mask-areas", metavar="NAMES",
-                   help="with --mask area: the areas swapped (mask.areas; upper-face, lower-face, mouth: leave "
-                        "mouth out to keep the target's own mouth)")
+                   help=f"with --mask area: the areas swapped (mask.areas; {', '.join(AREAS)}: leave mouth out "
+                        f"to keep the target's own mouth)")
     g.add_argument("--mask-regions", metavar="NAMES",
-                   help="with --mask region: the regions swapped (mask.regions; skin, left-eyebrow, right-eyebrow, "
-                        "left-eye, right-eye, glasses, nose, mouth, upper-lip, lower-lip)")
+                   help=f"with --mask region: the regions swapped (mask.regions; {', '.join(REGIONS)})")
     g.add_argument("--pixel-boost", type=int, metavar="SIZE",
                    help="swap at SIZE px, as tiles of the swapper's own size (models.pixel_boost; a multiple "
                         "of it up to 1024: inswapper 256 costs 4 model calls a face, 512 16)")
