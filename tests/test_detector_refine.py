@@ -90,3 +90,58 @@ def test_looking_near_a_box_finds_the_face_there_and_nothing_where_none_is() -> 
     flat = FrameViews(np.full_like(picture, 128))
     assert detector.forward_near(flat, [moved], settled=[moved]) == []
     assert detector.forward_near(flat, [moved]) == []
+
+
+def _six_faces() -> tuple[np.ndarray, list[Box]]:
+    """The demo picture's grey and HOG's six boxes on it, unrefined."""
+    from stream.media.demo_clips import group_picture
+
+    views = FrameViews(group_picture())
+    boxes = [b for b, _ in DlibHogDetector(refine=False).forward(views)]
+    assert len(boxes) == 6
+    return views.gray, boxes
+
+
+def test_a_detections_boxes_refined_on_two_threads_as_on_one() -> None:
+    # Half of a detection's boxes are refined on a second copy of the detector on a helper
+    # thread: each box comes out exactly as one detector, one box after another, makes it.
+    gray, boxes = _six_faces()
+    two = DlibHogDetector(refine=True)
+    two.open()
+    one = DlibHogDetector(refine=True)
+    one.open()
+    one._second = None  # one detector, in this thread only
+    threads: list[str] = []
+    real = DlibHogDetector._scan_near
+
+    def recording(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        import threading
+
+        threads.append(threading.current_thread().name)
+        return real(self, *args, **kwargs)
+
+    DlibHogDetector._scan_near = recording  # type: ignore[method-assign]
+    try:
+        assert two.refine_boxes(gray, boxes) == [one.refine_box(gray, box) for box in boxes]
+        assert threads.count("fs-refine") == 3  # the helper took every other box
+        near_two = two.forward_near(FrameViews(np.dstack([gray] * 3)), boxes, settled=boxes[:2])
+        near_one = one.forward_near(FrameViews(np.dstack([gray] * 3)), boxes, settled=boxes[:2])
+    finally:
+        DlibHogDetector._scan_near = real  # type: ignore[method-assign]
+    assert near_two == near_one and len(near_two) == 6
+
+
+def test_a_failure_on_the_helper_thread_is_raised_to_the_caller() -> None:
+    gray, boxes = _six_faces()
+    detector = DlibHogDetector(refine=True)
+    detector.open()
+
+    class Broken:
+        def run(self, *args):  # type: ignore[no-untyped-def]
+            raise RuntimeError("scanner failed")
+
+    detector._second = Broken()
+    with pytest.raises(RuntimeError, match="scanner failed"):
+        detector.refine_boxes(gray, boxes)
+    # One box needs no helper: it is refined in the caller's thread alone.
+    assert detector.refine_boxes(gray, boxes[:1]) != boxes[:1]

@@ -297,26 +297,28 @@ def test_points_carried_by_the_flow_between_the_predictors_turns(engines, make_s
 
 
 def _counted_run(engines, frames, method: str, monkeypatch, **detect):  # type: ignore[no-untyped-def]
-    """Each frame's (track id -> points), the calls of DlibHogDetector.`method` and the
-    tracker, with detection every 4 frames and the `detect` fields given."""
+    """Each frame's (track id -> points), the calls of DlibHogDetector.`method` (for
+    refine_boxes, the boxes given) and the tracker, with detection every 4 frames and the
+    `detect` fields given."""
     calls: list[int] = []
     real = getattr(DlibHogDetector, method)
 
     def counting(self, *args):  # type: ignore[no-untyped-def]
-        calls.append(1)
+        # refine_boxes takes a detection's boxes at once: each counts
+        calls.append(len(args[1]) if method == "refine_boxes" else 1)
         return real(self, *args)
 
     monkeypatch.setattr(DlibHogDetector, method, counting)
     cfg = Config()
     tracker = Tracker(engines.detector, engines.landmarker, engines.embedder,
                       dataclasses.replace(cfg.detect, every=4, **detect), cfg.track)
-    return _each_frames_points(tracker, frames), len(calls), tracker
+    return _each_frames_points(tracker, frames), sum(calls), tracker
 
 
 def _refined_run(engines, frames, every: int, monkeypatch):  # type: ignore[no-untyped-def]
     """Each frame's points, the boxes refined and the detections that only confirmed a
     face, with detect.refine_every `every`."""
-    points, refined, tracker = _counted_run(engines, frames, "refine_box", monkeypatch, refine_every=every)
+    points, refined, tracker = _counted_run(engines, frames, "refine_boxes", monkeypatch, refine_every=every)
     return points, refined, tracker.confirmations
 
 

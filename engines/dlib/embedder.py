@@ -36,6 +36,14 @@ class DlibEmbedder:
             # One copy a process, shared with every other embedder (engines.dlib.models).
             self._model, self._lock = shared_model("embedding")
 
+    def warm(self) -> None:
+        """The network's first batch run now, on blank chips, not on a live run's first
+        faces (DlibResNet.warm: once a process)."""
+        if self._model is None:
+            self.open()
+        assert self._model is not None
+        self._model.warm()
+
     def chip(self, image: ImageBGR, landmarks: Landmarks68) -> np.ndarray:
         """The face's aligned 150x150 RGB chip, as dlib cuts it for its embedding."""
         # Only the face's surroundings are converted to RGB, not the whole frame.

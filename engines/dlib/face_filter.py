@@ -108,6 +108,8 @@ class FaceFilter:
         self.detector.open()
         self.landmarker.open()
         self.embedder.open()
+        # New faces are judged in a batch: its first run, cold, is 1.7x slower (DlibResNet.warm).
+        self.embedder.warm()
 
     def embedding_scores(self, image: ImageBGR, points: list[Landmarks68]) -> np.ndarray:
         """The discriminant's score of each face these points align, in units of the spread

@@ -24,6 +24,7 @@ not what the architecture says makes the read fail with the file named.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -299,6 +300,8 @@ class DlibResNet:
         self._fc = take(fc.weights["matrix"].shape)
         self._fc[...] = fc.weights["matrix"]
         self._means = np.array(means, np.float32)
+        self._warmed = False
+        self._warm_lock = threading.Lock()
         del layers, convs, fc, data  # the file's bytes: only the folded copy stays
 
     @staticmethod
@@ -317,6 +320,16 @@ class DlibResNet:
         y = windows.reshape(n * ho * wo, -1) @ w
         y += bias
         return y.reshape(n, ho, wo, -1)
+
+    def warm(self) -> None:
+        """Run one blank batch, once per network: a process's first batch of new faces took
+        89 ms for six, the next ones 48-53 (glibc's malloc maps the first large buffers
+        afresh and raises its threshold only once they are freed), and a live run drops the
+        frames that come in while its first detection judges them."""
+        with self._warm_lock:
+            if not self._warmed:
+                self._run(np.zeros((BATCH, CHIP, CHIP, 3), np.uint8))
+                self._warmed = True
 
     def embed(self, chip: np.ndarray) -> np.ndarray:
         """The 128-d embedding (float32) of a (150, 150, 3) uint8 RGB chip."""
