@@ -24,6 +24,9 @@ IO = {
     "inswapper_128.onnx": ([("target", [1, 3, 128, 128]), ("source", [1, 512])],
                            [("output", [1, 3, 128, 128])]),
     "2dfan4.onnx": ([("input", [1, 3, 256, 256])], [("landmarks", [1, 68, 3]), ("heatmaps", [1, 68, 64, 64])]),
+    "simswap_256.onnx": ([("target", [1, 3, 256, 256]), ("source", [1, 512])], [("output", [1, 3, 256, 256])]),
+    "simswap_unofficial_512.onnx": ([("target", [1, 3, 512, 512]), ("source", [1, 512])],
+                                    [("output", [1, 3, 512, 512])]),
 }
 
 
@@ -78,3 +81,30 @@ def test_counter_counts_a_known_conv() -> None:
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [w])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     assert count_macs(model, {}) == 8 * 8 * 8 * 4 * 9
+
+
+def test_the_simswap_stand_in_swaps_a_face_through_its_swapper(built: dict[str, Path], tmp_path: Path) -> None:
+    # tools/bench_pixel_boost.py --swapper simswap_256 times this: the stand-in goes through
+    # the same swapper class and profile as the real file (crop, normalisation, converter).
+    from engines.backends.base import RuntimeOptions
+    from engines.backends.ort import OrtRuntime
+    from engines.models.inswapper import InSwapper
+    from engines.models.swappers import profile
+    from stream.media.demo_clips import astronaut
+    from tools.synth.swappers import make_converter
+
+    frame = np.zeros((720, 1280, 3), np.uint8)
+    frame[100:612, 400:912] = astronaut()
+    kps5 = np.array([[197, 210], [293, 210], [245, 262], [205, 310], [285, 310]], np.float32) + [400, 100]
+    swapper = InSwapper(OrtRuntime(built["simswap_256.onnx"], RuntimeOptions()), profile=profile("simswap_256"),
+                        converter=OrtRuntime(make_converter(tmp_path / "crossface_simswap.onnx"), RuntimeOptions()))
+    swapper.open()
+    latent = swapper.prepare_source(np.random.default_rng(0).standard_normal(512).astype(np.float32))
+    out = swapper.forward(frame, kps5, latent)
+    assert out is not None
+    x0, y0, x1, y1 = out.region
+    # The face's region of the frame (SimSwap's 256 crop spans about twice the eyes' 96 px
+    # distance), pasted over the face, with the model's picture in it.
+    assert x0 < 400 + 197 and x1 > 400 + 293 and y0 < 100 + 210 and y1 > 100 + 310
+    assert out.patch.shape[:2] == out.valid.shape == (y1 - y0, x1 - x0)
+    assert np.isfinite(out.patch).all() and (out.valid > 0).mean() > 0.5

@@ -1,13 +1,16 @@
-"""What pixel boost costs: ms per face at each boosted size, on inswapper_128's cost-equivalent
-stand-in (tools/cost_models.py: its multiply-accumulates in real conv layers; the real weights
-cannot be fetched here) and the CPU's ONNX Runtime.
+"""What a neural swapper and its pixel boost cost: ms per face at each size, on the swapper's
+cost-equivalent stand-in (tools/cost_models.py: its multiply-accumulates in real conv
+layers; the real weights cannot be fetched here) and the CPU's ONNX Runtime.
 
-A boost of k x 128 px runs the model k*k times a face (the tiles), and crops, normalises,
-re-assembles and pastes a k x 128 crop. Each size's figure is the median of `--repeat` swaps
-of one face in a 720p frame (crop, model calls, decode, paste-back mask and blend):
+A boost of k x the model's size runs the model k*k times a face (the tiles), and crops,
+normalises, re-assembles and pastes the larger crop. Each size's figure is the median of
+`--repeat` swaps of one face in a 720p frame (crop, model calls, decode, paste-back mask
+and blend). The swappers with a stand-in: inswapper_128, simswap_256 and
+simswap_unofficial_512 (hyperswap's layers are not published):
 
-    python tools/bench_pixel_boost.py                       # 128, 256, 512
+    python tools/bench_pixel_boost.py                       # inswapper_128 at 128, 256, 512
     python tools/bench_pixel_boost.py --sizes 128 256 512 1024 --repeat 2
+    python tools/bench_pixel_boost.py --swapper simswap_256  # at its own size
 """
 from __future__ import annotations
 
@@ -27,26 +30,43 @@ import numpy as np  # noqa: E402
 from engines.backends.base import RuntimeOptions  # noqa: E402
 from engines.backends.ort import OrtRuntime  # noqa: E402
 from engines.models.inswapper import InSwapper  # noqa: E402
+from engines.models.swappers import PROFILES, profile  # noqa: E402
 from stream.media.demo_clips import astronaut  # noqa: E402
-from tools.cost_models import build_inswapper  # noqa: E402
+from tools.cost_models import BUILDERS  # noqa: E402
+from tools.synth.swappers import make_converter  # noqa: E402
+
+PROFILES_FILES = {f"{name}.onnx" for name in PROFILES}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512], help="pixel boosts to time")
+    ap.add_argument("--swapper", default="inswapper_128", choices=sorted(PROFILES),
+                    help="the swapper whose stand-in is timed (default inswapper_128)")
+    ap.add_argument("--sizes", type=int, nargs="+",
+                    help="pixel boosts to time (default: inswapper_128 at 128 256 512, others at their own size)")
     ap.add_argument("--repeat", type=int, default=3, help="swaps timed per size (median)")
     args = ap.parse_args(argv)
+    prof = profile(args.swapper)
+    file = f"{prof.name}.onnx"
+    if file not in BUILDERS:
+        ap.error(f"{prof.name} has no cost-equivalent stand-in (its layers are not published); "
+                 f"these have: {', '.join(f.removesuffix('.onnx') for f in BUILDERS if f in PROFILES_FILES)}")
+    sizes = args.sizes or ([128, 256, 512] if prof.name == "inswapper_128" else [prof.size])
     frame = np.zeros((720, 1280, 3), np.uint8)
     face = astronaut()
     frame[100:100 + face.shape[0], 400:400 + face.shape[1]] = face
     # the astronaut's eyes, nose and mouth corners in the frame (a 512 px picture at 400, 100)
     kps5 = np.array([[197, 210], [293, 210], [245, 262], [205, 310], [285, 310]], np.float32) + [400, 100]
     with tempfile.TemporaryDirectory() as tmp:
-        path = build_inswapper(Path(tmp) / "inswapper_128.onnx")
-        print(f"inswapper_128 cost-equivalent stand-in, one face in a 1280x720 frame, median of {args.repeat}:")
+        path = BUILDERS[file](Path(tmp) / file)
+        converter = None
+        if prof.converter:  # its cost is the source's, once a track: a plain linear map will do
+            converter = OrtRuntime(make_converter(Path(tmp) / f"{prof.converter}.onnx"), RuntimeOptions())
+        print(f"{prof.name} cost-equivalent stand-in, one face in a 1280x720 frame, median of {args.repeat}:")
         base = None
-        for size in args.sizes:
-            swapper = InSwapper(OrtRuntime(path, RuntimeOptions()), pixel_boost=size)
+        for size in sizes:
+            swapper = InSwapper(OrtRuntime(path, RuntimeOptions()), profile=prof, converter=converter,
+                                pixel_boost=size)
             swapper.open()
             latent = swapper.prepare_source(np.random.default_rng(0).standard_normal(512).astype(np.float32))
             swapper.forward(frame, kps5, latent)  # warm-up: the session's first run

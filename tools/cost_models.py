@@ -1,8 +1,9 @@
 """Cost-equivalent stand-ins for the standard neural models (no real weights can be fetched).
 
-`python tools/cost_models.py OUTDIR` writes det_10g.onnx, w600k_r50.onnx, inswapper_128.onnx
-and 2dfan4.onnx: seeded random weights, the real files' I/O (names, shapes, dynamic axes),
-and about the real models' multiply-accumulates, spent in real Conv/Gemm layers so that ONNX
+`python tools/cost_models.py OUTDIR` writes det_10g.onnx, w600k_r50.onnx, inswapper_128.onnx,
+2dfan4.onnx, simswap_256.onnx and simswap_unofficial_512.onnx: seeded random weights, the
+real files' I/O (names, shapes, dynamic axes), and about the real models'
+multiply-accumulates, spent in real Conv/Gemm layers so that ONNX
 Runtime's cost (memory traffic, kernel choice, threading) is representative. It prints the
 MACs it counts in each built graph next to the estimate for the real model.
 
@@ -42,6 +43,19 @@ Estimates (GMACs = 1e9 multiply-accumulates; 1 MAC = 2 FLOPs):
   (0.7): 5.65 GMACs a stack, 25.2 in all. A ConvBlock(256,256) is the hierarchical
   3x3 256->128->64->64 block (405k MACs per pixel). Cross-check: ~24M parameters, the
   published 2dfan4.onnx is ~98 MB. Exported variants may differ a little.
+
+- **simswap_256 (256x256): 62.8 GMACs, +-10%.** SimSwap's published generator
+  (neuralchen/SimSwap, models/fs_networks_fix.py, `Generator_Adain_Upsample` with 9 blocks,
+  not deep, as its 224/256 models are built), counted at 256: conv7x7 3->64 (0.6), three
+  stride-2 conv3x3 to 512 channels at 128^2, 64^2, 32^2 (1.2 each), 9 residual blocks of
+  two conv3x3 512->512 at 32^2 (43.5), bilinear x2 + conv3x3 512->256, 256->128, 128->64
+  (4.8 each), conv7x7 64->3 (0.6). The tolerance is for FaceFusion's export, which we
+  cannot open here.
+- **simswap_unofficial_512 (512x512): 133 GMACs, +-10%, if it is the deep layout.** The
+  same generator at 512 with the fourth down- and up-sampling (512->512 at 32^2 and 64^2)
+  that SimSwap's training code adds with `--Gdeep`, which its README gives for 512 models:
+  conv7x7 (2.5), downs (4.8, 4.8, 4.8, 2.4), blocks (43.5), ups (9.7, 19.3, 19.3, 19.3),
+  conv7x7 (2.5). Trained without `--Gdeep` it would be 251 GMACs (its blocks at 64^2).
 
 What is real cost and what is a stand-in:
 
@@ -101,6 +115,12 @@ ESTIMATES: dict[str, Estimate] = {
                                    "ReSwapper's reading of the graph; 138M params ~ 554 MB file"),
     "2dfan4.onnx": Estimate("2dfan4.onnx", 25.2, 0.25, {"input": [1, 3, 256, 256]},
                             "FAN paper / face-alignment code, 4 hourglasses"),
+    "simswap_256.onnx": Estimate("simswap_256.onnx", 62.8, 0.10,
+                                 {"target": [1, 3, 256, 256], "source": [1, 512]},
+                                 "SimSwap's Generator_Adain_Upsample, 9 blocks, counted"),
+    "simswap_unofficial_512.onnx": Estimate("simswap_unofficial_512.onnx", 133.0, 0.10,
+                                            {"target": [1, 3, 512, 512], "source": [1, 512]},
+                                            "the same generator at 512 with --Gdeep, counted"),
 }
 
 
@@ -143,7 +163,7 @@ class _Graph:
         pad = k // 2
         w = self.const(self.weight((cout, cin, k, k), gain), "w")
         b = self.const(np.zeros(cout, np.float32), "b")
-        if reflect:  # the inswapper pads its 7x7 convs by reflection, not zeros
+        if reflect:  # inswapper's 7x7 convs and SimSwap's pad by reflection, not zeros
             x = self.op("Pad", [x, self.const(np.array([0, 0, pad, pad, 0, 0, pad, pad], np.int64), "pads")],
                         mode="reflect")
             pad = 0
@@ -306,6 +326,42 @@ def build_arcface(path: str | os.PathLike[str], seed: int = 0) -> Path:
 # -- inswapper_128 -----------------------------------------------------------------------------
 
 
+def _styled_conv(g: _Graph, h: str, ch: int, relu: bool, shared: dict[str, str], reflect: bool = False) -> str:
+    """conv3x3 ch->ch (its border reflected when `reflect`), instance norm, then the
+    identity's scale and shift from Gemm(source 512 -> 2 ch) (AdaIN, as inswapper's and
+    SimSwap's style blocks do), and a ReLU when `relu`. `shared` holds the norm's and the
+    reshape's constants, made once a graph."""
+    if "ones" not in shared:
+        shared["ones"] = g.const(np.ones(ch, np.float32), "in_scale")
+        shared["zeros"] = g.const(np.zeros(ch, np.float32), "in_bias")
+        shared["shape"] = g.const(np.array([-1, ch, 1, 1], np.int64), "style_shape")
+    h = g.conv(h, ch, ch, 3, 1, None, reflect=reflect)
+    h = g.op("InstanceNormalization", [h, shared["ones"], shared["zeros"]], epsilon=1e-6)
+    w = g.const(g.rng.standard_normal((512, 2 * ch), dtype=np.float32) * np.float32(0.02), "style_w")
+    b = g.const(np.concatenate([np.ones(ch), np.zeros(ch)]).astype(np.float32), "style_b")
+    style = g.op("Gemm", ["source", w, b])
+    halves = [g.op("Reshape", [g.op("Slice", [style, g.const(np.array([lo], np.int64)),
+                                              g.const(np.array([lo + ch], np.int64)),
+                                              g.const(np.array([1], np.int64))]), shared["shape"]])
+              for lo in (0, ch)]
+    h = g.op("Add", [g.op("Mul", [h, halves[0]]), halves[1]])
+    return g.op("Relu", [h]) if relu else h
+
+
+def _zero_to_one(g: _Graph, x: str) -> None:
+    """The graph's `output`: tanh(x) mapped to 0..1."""
+    y = g.op("Tanh", [x])
+    g.nodes.append(helper.make_node("Mul", [g.op("Add", [y, g.const(np.array(1.0, np.float32))]),
+                                            g.const(np.array(0.5, np.float32))], ["output"]))
+
+
+def _swapper_model(g: _Graph, name: str, size: int) -> onnx.ModelProto:
+    return g.model(name,
+                   [helper.make_tensor_value_info("target", TensorProto.FLOAT, [1, 3, size, size]),
+                    helper.make_tensor_value_info("source", TensorProto.FLOAT, [1, 512])],
+                   [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, size, size])])
+
+
 def build_inswapper(path: str | os.PathLike[str], seed: int = 0) -> Path:
     """inswapper_128.onnx stand-in: target [1,3,128,128] 0..1, source [1,512] -> output
     [1,3,128,128] in 0..1; a 512x512 `emap` is the last initializer (read by insightface)."""
@@ -317,41 +373,49 @@ def build_inswapper(path: str | os.PathLike[str], seed: int = 0) -> Path:
     x = g.conv(x, 128, 256, 3, 1, "lrelu")
     x = g.conv(x, 256, 512, 3, 2, "lrelu")
     x = g.conv(x, 512, 1024, 3, 2, "lrelu")  # 32x32
-    ones = g.const(np.ones(1024, np.float32), "in_scale")
-    zeros = g.const(np.zeros(1024, np.float32), "in_bias")
-    shape = g.const(np.array([-1, 1024, 1, 1], np.int64), "style_shape")
-
-    def style_conv(h: str, relu: bool) -> str:
-        h = g.conv(h, 1024, 1024, 3, 1, None)
-        h = g.op("InstanceNormalization", [h, ones, zeros], epsilon=1e-6)
-        w = g.const(g.rng.standard_normal((512, 2048), dtype=np.float32) * np.float32(0.02), "style_w")
-        b = g.const(np.concatenate([np.ones(1024), np.zeros(1024)]).astype(np.float32), "style_b")
-        style = g.op("Gemm", ["source", w, b])
-        gamma = g.op("Reshape", [g.op("Slice", [style, g.const(np.array([0], np.int64)),
-                                                 g.const(np.array([1024], np.int64)),
-                                                 g.const(np.array([1], np.int64))]), shape])
-        beta = g.op("Reshape", [g.op("Slice", [style, g.const(np.array([1024], np.int64)),
-                                                g.const(np.array([2048], np.int64)),
-                                                g.const(np.array([1], np.int64))]), shape])
-        h = g.op("Add", [g.op("Mul", [h, gamma]), beta])
-        return g.op("Relu", [h]) if relu else h
-
+    shared: dict[str, str] = {}
     for _ in range(6):
-        x = g.op("Add", [style_conv(style_conv(x, True), False), x])
+        x = g.op("Add", [_styled_conv(g, _styled_conv(g, x, 1024, True, shared), 1024, False, shared), x])
     x = g.conv(g.up2(x), 1024, 512, 3, 1, "lrelu")  # 64x64
     x = g.conv(g.up2(x), 512, 256, 3, 1, "lrelu")  # 128x128
     x = g.conv(x, 256, 128, 3, 1, "lrelu")
     x = g.conv(x, 128, 3, 7, 1, None, reflect=True)
-    y = g.op("Tanh", [x])
-    g.nodes.append(helper.make_node("Mul", [g.op("Add", [y, g.const(np.array(1.0, np.float32))]),
-                                            g.const(np.array(0.5, np.float32))], ["output"]))
+    _zero_to_one(g, x)
     emap = g.rng.standard_normal((512, 512), dtype=np.float32) / np.float32(math.sqrt(512))
     g.inits.append(numpy_helper.from_array(emap, "emap"))  # must stay last: initializer[-1]
-    model = g.model("cost_inswapper_128",
-                    [helper.make_tensor_value_info("target", TensorProto.FLOAT, [1, 3, 128, 128]),
-                     helper.make_tensor_value_info("source", TensorProto.FLOAT, [1, 512])],
-                    [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, 128, 128])])
-    return _save(model, path)
+    return _save(_swapper_model(g, "cost_inswapper_128", 128), path)
+
+
+# -- SimSwap -----------------------------------------------------------------------------------
+
+
+def build_simswap(path: str | os.PathLike[str], seed: int = 0, size: int = 256, deep: bool = False) -> Path:
+    """simswap_256.onnx / simswap_unofficial_512.onnx stand-in: target [1,3,size,size]
+    (normalised by the swapper), source [1,512] (crossface_simswap's) -> output
+    [1,3,size,size] in 0..1. SimSwap's published generator: reflect-padded conv7x7 3->64,
+    three stride-2 conv3x3 to 512 channels (a fourth, 512->512, when `deep`), nine residual
+    blocks of two reflect-padded conv3x3 512->512 each followed by instance norm and the
+    identity's AdaIN, then bilinear x2 + conv3x3 back up (512->512 first when `deep`) to 64
+    channels and a reflect-padded conv7x7 64->3. BatchNorm is folded into the convs."""
+    g = _Graph(seed)
+    x = g.conv("target", 3, 64, 7, 1, "relu", reflect=True)
+    for cin, cout in ((64, 128), (128, 256), (256, 512)) + (((512, 512),) if deep else ()):
+        x = g.conv(x, cin, cout, 3, 2, "relu")
+    shared: dict[str, str] = {}
+    for _ in range(9):
+        y = _styled_conv(g, x, 512, True, shared, reflect=True)
+        x = g.op("Add", [_styled_conv(g, y, 512, False, shared, reflect=True), x])
+    for cin, cout in (((512, 512),) if deep else ()) + ((512, 256), (256, 128), (128, 64)):
+        x = g.conv(g.up2(x), cin, cout, 3, 1, "relu")
+    x = g.conv(x, 64, 3, 7, 1, None, reflect=True)
+    _zero_to_one(g, x)
+    return _save(_swapper_model(g, f"cost_simswap_{size}", size), path)
+
+
+def build_simswap_512(path: str | os.PathLike[str], seed: int = 0) -> Path:
+    """simswap_unofficial_512.onnx stand-in: SimSwap's generator at 512 with the fourth
+    down- and up-sampling (the training code's --Gdeep, which its README gives for 512)."""
+    return build_simswap(path, seed, size=512, deep=True)
 
 
 # -- 2dfan4 ------------------------------------------------------------------------------------
@@ -430,6 +494,8 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "w600k_r50.onnx": build_arcface,
     "inswapper_128.onnx": build_inswapper,
     "2dfan4.onnx": build_fan,
+    "simswap_256.onnx": build_simswap,
+    "simswap_unofficial_512.onnx": build_simswap_512,
 }
 
 
@@ -477,7 +543,7 @@ def _attr(node: onnx.NodeProto, name: str) -> int:
 
 
 def build_all(outdir: str | os.PathLike[str], files: list[str] | None = None, seed: int = 0) -> dict[str, Path]:
-    """Build the cost-equivalent models into `outdir` (all four, or `files`)."""
+    """Build the cost-equivalent models into `outdir` (all of them, or `files`)."""
     folder = Path(outdir)
     folder.mkdir(parents=True, exist_ok=True)
     wanted = files or list(BUILDERS)
@@ -504,11 +570,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     paths = build_all(args.outdir, args.only, args.seed)
-    print(f"{'file':<20} {'estimate GMACs':>15} {'built GMACs':>12} {'built/est':>10}  at / source")
+    print(f"{'file':<28} {'estimate GMACs':>15} {'built GMACs':>12} {'built/est':>10}  at / source")
     for f, est, built, ratio in flop_table(paths):
         e = ESTIMATES[f]
         shape = "x".join(str(d) for d in next(iter(e.input_shapes.values()))[2:])
-        print(f"{f:<20} {est:>11.1f} +-{e.tolerance:.0%} {built:>10.2f} {ratio:>10.2f}  {shape}; {e.source}")
+        print(f"{f:<28} {est:>11.1f} +-{e.tolerance:.0%} {built:>10.2f} {ratio:>10.2f}  {shape}; {e.source}")
     return 0
 
 
