@@ -27,6 +27,7 @@ IO = {
     "simswap_256.onnx": ([("target", [1, 3, 256, 256]), ("source", [1, 512])], [("output", [1, 3, 256, 256])]),
     "simswap_unofficial_512.onnx": ([("target", [1, 3, 512, 512]), ("source", [1, 512])],
                                     [("output", [1, 3, 512, 512])]),
+    "xseg_1.onnx": ([("input", [1, 256, 256, 3])], [("output", [1, 256, 256, 1])]),
 }
 
 
@@ -108,3 +109,18 @@ def test_the_simswap_stand_in_swaps_a_face_through_its_swapper(built: dict[str, 
     assert x0 < 400 + 197 and x1 > 400 + 293 and y0 < 100 + 210 and y1 > 100 + 310
     assert out.patch.shape[:2] == out.valid.shape == (y1 - y0, x1 - x0)
     assert np.isfinite(out.patch).all() and (out.valid > 0).mean() > 0.5
+
+
+def test_the_xseg_stand_in_is_taken_as_an_occlusion_model(built: dict[str, Path]) -> None:
+    # tools/bench_pixel_boost.py --mask occlusion times it through the same Masker as the
+    # real xseg_1 file: one NHWC input, an output in 0..1 the size of its input.
+    from engines.backends.base import RuntimeOptions
+    from engines.backends.ort import OrtRuntime
+    from engines.models.masks import Masker, MaskOptions, occlusion_mask
+
+    occluder = OrtRuntime(built["xseg_1.onnx"], RuntimeOptions())
+    masker = Masker(MaskOptions(types=("occlusion",)), occluder=occluder)
+    masker.open()
+    seen = occluder.run({"input": np.random.default_rng(1).random((1, 256, 256, 3), np.float32)}, ["output"])["output"]
+    assert seen.shape == (1, 256, 256, 1) and 0.0 <= seen.min() and seen.max() <= 1.0
+    assert occlusion_mask(seen[0], 128).shape == (128, 128)

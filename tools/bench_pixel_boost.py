@@ -11,6 +11,12 @@ simswap_unofficial_512 (hyperswap's layers are not published):
     python tools/bench_pixel_boost.py                       # inswapper_128 at 128, 256, 512
     python tools/bench_pixel_boost.py --sizes 128 256 512 1024 --repeat 2
     python tools/bench_pixel_boost.py --swapper simswap_256  # at its own size
+    python tools/bench_pixel_boost.py --sizes 128 --mask area,occlusion   # and what the masks add
+
+With `--mask`, each size is timed with and without the masks (the face then placed by its
+68 landmarks, which the area mask needs); the occlusion mask runs xseg_1's stand-in. The
+region mask has no stand-in (BiSeNet's is not built here). A live run recomputes the
+model masks every `mask.every` frames (3 in `fast`), so it pays a third of their figure.
 """
 from __future__ import annotations
 
@@ -29,13 +35,30 @@ import numpy as np  # noqa: E402
 
 from engines.backends.base import RuntimeOptions  # noqa: E402
 from engines.backends.ort import OrtRuntime  # noqa: E402
+from engines.dlib.detector import DlibHogDetector  # noqa: E402
+from engines.dlib.landmarker import DlibLandmarker  # noqa: E402
+from engines.frame_views import FrameViews  # noqa: E402
 from engines.models.inswapper import InSwapper  # noqa: E402
+from engines.models.masks import MASK_TYPES, Masker, MaskOptions  # noqa: E402
 from engines.models.swappers import PROFILES, profile  # noqa: E402
 from stream.media.demo_clips import astronaut  # noqa: E402
 from tools.cost_models import BUILDERS  # noqa: E402
 from tools.synth.swappers import make_converter  # noqa: E402
 
 PROFILES_FILES = {f"{name}.onnx" for name in PROFILES}
+
+
+def _time_swaps(swapper: InSwapper, frame: np.ndarray, points: np.ndarray, repeat: int) -> float:
+    """Median ms of `repeat` swaps of the face at `points` (after one warm-up swap)."""
+    swapper.open()
+    latent = swapper.prepare_source(np.random.default_rng(0).standard_normal(512).astype(np.float32))
+    swapper.forward(frame, points, latent)  # warm-up: the session's first run
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        swapper.forward(frame, points, latent)
+        times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+",
                     help="pixel boosts to time (default: inswapper_128 at 128 256 512, others at their own size)")
     ap.add_argument("--repeat", type=int, default=3, help="swaps timed per size (median)")
+    ap.add_argument("--mask", default="", help="mask types to time as well, comma-separated (box, area, occlusion)")
     args = ap.parse_args(argv)
+    types = tuple(t for t in args.mask.split(",") if t)
+    bad = [t for t in types if t not in MASK_TYPES or t == "region"]
+    if bad:
+        ap.error(f"--mask {bad[0]!r}: timed here are box, area and occlusion (region has no stand-in)")
     prof = profile(args.swapper)
     file = f"{prof.name}.onnx"
     if file not in BUILDERS:
@@ -56,29 +84,36 @@ def main(argv: list[str] | None = None) -> int:
     face = astronaut()
     frame[100:100 + face.shape[0], 400:400 + face.shape[1]] = face
     # the astronaut's eyes, nose and mouth corners in the frame (a 512 px picture at 400, 100)
-    kps5 = np.array([[197, 210], [293, 210], [245, 262], [205, 310], [285, 310]], np.float32) + [400, 100]
+    face_points = np.array([[197, 210], [293, 210], [245, 262], [205, 310], [285, 310]], np.float32) + [400, 100]
+    if types:  # the area mask is drawn from the 68 landmarks
+        views = FrameViews(frame)
+        face_points = DlibLandmarker().forward(views, DlibHogDetector().forward(views)[0][0])
     with tempfile.TemporaryDirectory() as tmp:
         path = BUILDERS[file](Path(tmp) / file)
         converter = None
         if prof.converter:  # its cost is the source's, once a track: a plain linear map will do
             converter = OrtRuntime(make_converter(Path(tmp) / f"{prof.converter}.onnx"), RuntimeOptions())
+        masker = None
+        if types:
+            occluder = None
+            if "occlusion" in types:
+                occluder = OrtRuntime(BUILDERS["xseg_1.onnx"](Path(tmp) / "xseg_1.onnx"), RuntimeOptions())
+            masker = Masker(MaskOptions(types=types), occluder=occluder)
         print(f"{prof.name} cost-equivalent stand-in, one face in a 1280x720 frame, median of {args.repeat}:")
         base = None
         for size in sizes:
             swapper = InSwapper(OrtRuntime(path, RuntimeOptions()), profile=prof, converter=converter,
                                 pixel_boost=size)
-            swapper.open()
-            latent = swapper.prepare_source(np.random.default_rng(0).standard_normal(512).astype(np.float32))
-            swapper.forward(frame, kps5, latent)  # warm-up: the session's first run
-            times = []
-            for _ in range(args.repeat):
-                start = time.perf_counter()
-                swapper.forward(frame, kps5, latent)
-                times.append(1e3 * (time.perf_counter() - start))
-            ms = statistics.median(times)
+            ms = _time_swaps(swapper, frame, face_points, args.repeat)
             base = base or ms
             print(f"  pixel boost {size:>4}: {swapper.tiles:>2} model call(s) a face, {ms:8.0f} ms a face "
                   f"({ms / base:.1f}x the model's own size)")
+            if masker is not None:
+                masked = InSwapper(OrtRuntime(path, RuntimeOptions()), profile=prof, converter=converter,
+                                   pixel_boost=size, masker=masker)
+                with_masks = _time_swaps(masked, frame, face_points, args.repeat)
+                print(f"    with masks {','.join(types)}: {with_masks:8.0f} ms a face, the masks "
+                      f"{with_masks - ms:+.0f} ms")
     return 0
 
 

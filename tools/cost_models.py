@@ -1,7 +1,7 @@
 """Cost-equivalent stand-ins for the standard neural models (no real weights can be fetched).
 
 `python tools/cost_models.py OUTDIR` writes det_10g.onnx, w600k_r50.onnx, inswapper_128.onnx,
-2dfan4.onnx, simswap_256.onnx and simswap_unofficial_512.onnx: seeded random weights, the
+2dfan4.onnx, simswap_256.onnx, simswap_unofficial_512.onnx and xseg_1.onnx: seeded random weights, the
 real files' I/O (names, shapes, dynamic axes), and about the real models'
 multiply-accumulates, spent in real Conv/Gemm layers so that ONNX
 Runtime's cost (memory traffic, kernel choice, threading) is representative. It prints the
@@ -56,6 +56,11 @@ Estimates (GMACs = 1e9 multiply-accumulates; 1 MAC = 2 FLOPs):
   that SimSwap's training code adds with `--Gdeep`, which its README gives for 512 models:
   conv7x7 (2.5), downs (4.8, 4.8, 4.8, 2.4), blocks (43.5), ups (9.7, 19.3, 19.3, 19.3),
   conv7x7 (2.5). Trained without `--Gdeep` it would be 251 GMACs (its blocks at 64^2).
+- **xseg_1 (256x256, the occlusion mask): 13.8 GMACs, +-10%.** DeepFaceLab's XSeg
+  (core/leras/models/XSeg.py), which FaceFusion's xseg files are trained with (NHWC input,
+  as DeepFaceLab's TensorFlow graphs), base 32 channels, counted at 256: the encoder's 15
+  conv3x3 4.5, the Dense pair 0.004, the decoder's 6 stride-2 transposed conv3x3 (1.0: a
+  transposed conv costs its input's pixels, not its output's) and 15 conv3x3 (8.2).
 
 What is real cost and what is a stand-in:
 
@@ -121,6 +126,8 @@ ESTIMATES: dict[str, Estimate] = {
     "simswap_unofficial_512.onnx": Estimate("simswap_unofficial_512.onnx", 133.0, 0.10,
                                             {"target": [1, 3, 512, 512], "source": [1, 512]},
                                             "the same generator at 512 with --Gdeep, counted"),
+    "xseg_1.onnx": Estimate("xseg_1.onnx", 13.8, 0.10, {"input": [1, 256, 256, 3]},
+                            "DeepFaceLab's XSeg, base 32, counted"),
 }
 
 
@@ -418,6 +425,50 @@ def build_simswap_512(path: str | os.PathLike[str], seed: int = 0) -> Path:
     return build_simswap(path, seed, size=512, deep=True)
 
 
+# -- XSeg (xseg_1/2/3) -----------------------------------------------------------------------
+
+XSEG_BASE = 32  # DeepFaceLab's XSegNet: XSeg(in 3, base 32, out 1) at 256
+
+
+def build_xseg(path: str | os.PathLike[str], seed: int = 0) -> Path:
+    """xseg_1.onnx stand-in: input [1,256,256,3] BGR 0..1 -> output [1,256,256,1] in 0..1.
+    DeepFaceLab's XSeg (core/leras/models/XSeg.py), base 32 channels: conv3x3 blocks of
+    2, 2, 2, 3, 3, 3 at 256 down to 8 px (c, c, 2c, 4c, 8c, 8c, 8c), each stage then
+    halved, Dense 4*4*8c -> 512 -> 4*4*8c, and a U-Net decoder of stride-2 transposed
+    conv3x3 and conv3x3 blocks over the encoder's skips. Its FRN+TLU activation (elementwise)
+    is a ReLU here, its BlurPool (a small depthwise blur) an average pool."""
+    g = _Graph(seed)
+    c = XSEG_BASE
+    x = g.op("Transpose", ["input"], perm=[0, 3, 1, 2])
+    skips = []
+    stages = [(3, c, 2), (c, 2 * c, 2), (2 * c, 4 * c, 2), (4 * c, 8 * c, 3), (8 * c, 8 * c, 3), (8 * c, 8 * c, 3)]
+    for cin, cout, n in stages:
+        for k in range(n):
+            x = g.conv(x, cin if k == 0 else cout, cout, 3, 1, "relu")
+        skips.append((x, cout))
+        x = g.op("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = g.op("Flatten", [x])
+    x = g.op("Gemm", [x, g.const(g.weight((16 * 8 * c, 512)), "w"), g.const(np.zeros(512, np.float32), "b")])
+    x = g.op("Gemm", [x, g.const(g.weight((512, 16 * 8 * c)), "w"), g.const(np.zeros(16 * 8 * c, np.float32), "b")])
+    x = g.op("Reshape", [x, g.const(np.array([1, 8 * c, 4, 4], np.int64), "shape")])
+    # Decoder, deepest first: (channels in, up to, block channels, blocks after the join)
+    ups = [(8 * c, 4 * c, 8 * c, 3), (8 * c, 4 * c, 8 * c, 3), (8 * c, 4 * c, 8 * c, 3),
+           (8 * c, 4 * c, 4 * c, 2), (4 * c, 2 * c, 2 * c, 2), (2 * c, c, c, 2)]
+    for (cin, cup, cout, n), (skip, cskip) in zip(ups, reversed(skips)):
+        w = g.const(g.weight((cin, cup, 3, 3)), "w")
+        x = g.op("Relu", [g.op("ConvTranspose", [x, w, g.const(np.zeros(cup, np.float32), "b")],
+                               kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])])
+        x = g.op("Concat", [x, skip], axis=1)
+        for k in range(n):
+            x = g.conv(x, cup + cskip if k == 0 else cout, cout, 3, 1, "relu")
+    x = g.op("Sigmoid", [g.conv(x, c, 1, 3, 1, None)])
+    g.nodes.append(helper.make_node("Transpose", [x], ["output"], perm=[0, 2, 3, 1]))
+    model = g.model("cost_xseg",
+                    [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 256, 256, 3])],
+                    [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 256, 256, 1])])
+    return _save(model, path)
+
+
 # -- 2dfan4 ------------------------------------------------------------------------------------
 
 
@@ -496,6 +547,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "2dfan4.onnx": build_fan,
     "simswap_256.onnx": build_simswap,
     "simswap_unofficial_512.onnx": build_simswap_512,
+    "xseg_1.onnx": build_xseg,
 }
 
 
@@ -503,7 +555,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
 
 
 def count_macs(model: onnx.ModelProto, input_shapes: dict[str, list[int]]) -> int:
-    """Multiply-accumulates of every Conv, Gemm and MatMul in `model` at `input_shapes`.
+    """Multiply-accumulates of every Conv, ConvTranspose, Gemm and MatMul in `model` at `input_shapes`.
 
     Shapes come from ONNX shape inference on a light copy: big initializers become graph
     inputs of the same shape (inference needs only their dims), small ones (reshape
@@ -531,6 +583,9 @@ def count_macs(model: onnx.ModelProto, input_shapes: dict[str, list[int]]) -> in
         if node.op_type == "Conv":
             out, w = shapes[node.output[0]], shapes[node.input[1]]
             total += int(np.prod(out)) * int(np.prod(w[1:]))  # each output: cin/groups * kh * kw MACs
+        elif node.op_type == "ConvTranspose":
+            inp, w = shapes[node.input[0]], shapes[node.input[1]]
+            total += int(np.prod(inp)) * int(np.prod(w[1:]))  # each input: cout/groups * kh * kw MACs
         elif node.op_type in ("Gemm", "MatMul"):
             a, out = shapes[node.input[0]], shapes[node.output[0]]
             k = a[-1] if not (node.op_type == "Gemm" and _attr(node, "transA")) else a[-2]
@@ -573,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'file':<28} {'estimate GMACs':>15} {'built GMACs':>12} {'built/est':>10}  at / source")
     for f, est, built, ratio in flop_table(paths):
         e = ESTIMATES[f]
-        shape = "x".join(str(d) for d in next(iter(e.input_shapes.values()))[2:])
+        dims = next(iter(e.input_shapes.values()))
+        shape = "x".join(str(d) for d in (dims[1:3] if dims[-1] == 3 else dims[2:]))  # H x W, NHWC or NCHW
         print(f"{f:<28} {est:>11.1f} +-{e.tolerance:.0%} {built:>10.2f} {ratio:>10.2f}  {shape}; {e.source}")
     return 0
 
