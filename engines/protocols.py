@@ -35,6 +35,15 @@ class PointDetector(Protocol):
         ...
 
 
+@runtime_checkable
+class WarmDetector(Protocol):
+    """A detector whose first detection of new faces in a process is slow (its judge's
+    buffers are made then): a live run warms it when it starts, so that first detection
+    does not hold the frames that come in meanwhile."""
+
+    def warm(self) -> None: ...
+
+
 class Landmarker(Protocol):
     name: str
     @property

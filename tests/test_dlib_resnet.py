@@ -135,12 +135,18 @@ def _with_filters(data: bytearray, at: int, n: int) -> bytearray:
     return data
 
 
-def test_the_network_is_warmed_once_and_the_face_filter_warms_it_when_it_opens(monkeypatch) -> None:
+def test_the_network_is_warmed_once_and_a_live_run_warms_the_face_filter(monkeypatch) -> None:
     # A process's first batch of new faces ran 1.7x slower than the next (memory mapped
-    # afresh): the face filter runs one blank batch when it opens, once a process.
+    # afresh): a live run has the face filter run one blank batch when it starts, once a
+    # process; a file's run does not (its first detection costs no frames).
     from engines.dlib.detector import DlibHogDetector
     from engines.dlib.face_filter import FaceFilter
     from engines.dlib.resnet import BATCH, CHIP, DlibResNet
+    from engines.protocols import WarmDetector
+    from engines.registry import EngineSet
+    from stream.config import Config
+    from stream.job.assembly import assemble
+    from stream.runtime.allocator import NumpyAllocator
 
     net = DlibResNet(model_path("embedding"))
     runs: list[tuple[int, ...]] = []
@@ -154,9 +160,30 @@ def test_the_network_is_warmed_once_and_the_face_filter_warms_it_when_it_opens(m
     net.warm()
     net.warm()
     assert runs == [(BATCH, CHIP, CHIP, 3)]
+
     shared, _ = shared_model("embedding")
     monkeypatch.setattr(shared, "_warmed", False)
+    detector = FaceFilter(DlibHogDetector())
+    assert isinstance(detector, WarmDetector)
+    detector.open()
     runs.clear()
-    FaceFilter(DlibHogDetector()).open()
-    FaceFilter(DlibHogDetector()).open()
+    engines = EngineSet("dlib", detector, DlibLandmarker(), DlibEmbedder(), _NoSwapper(),  # type: ignore[arg-type]
+                        detector)
+    def run(live: bool) -> None:
+        assemble(Config(), engines, [], [], (72, 128), None, None, live=live,  # type: ignore[arg-type]
+                 allocator=NumpyAllocator())
+
+    run(live=False)
+    assert runs == []
+    run(live=True)
+    run(live=True)
     assert runs == [(BATCH, CHIP, CHIP, 3)]
+
+
+class _NoSwapper:
+    """Enough of a swapper for `assemble` to lay out its rings."""
+
+    def batch_spec(self, max_faces: int):  # type: ignore[no-untyped-def]
+        from engines.protocols import BatchSpec
+
+        return BatchSpec()

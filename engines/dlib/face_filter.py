@@ -108,7 +108,12 @@ class FaceFilter:
         self.detector.open()
         self.landmarker.open()
         self.embedder.open()
-        # New faces are judged in a batch: its first run, cold, is 1.7x slower (DlibResNet.warm).
+
+    def warm(self) -> None:
+        """New faces are judged in a batch, whose first run in a process is 1.7x slower
+        (DlibResNet.warm): a live run runs it on blank chips when it starts (engines.protocols.
+        WarmDetector). Files do not: their first detection costs no frames, and the blank
+        batch's buffers would raise a one-face run's peak memory by about 10 MiB."""
         self.embedder.warm()
 
     def embedding_scores(self, image: ImageBGR, points: list[Landmarks68]) -> np.ndarray:

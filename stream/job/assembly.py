@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engines.protocols import Enhancer
+from engines.protocols import Enhancer, WarmDetector
 from engines.registry import EngineSet
 from stream.analysis.selection import Selector
 from stream.analysis.tracklets import Tracker
@@ -87,6 +87,8 @@ def assemble(config: Config, engines: EngineSet, faces: Sequence[object], refere
         and config.track.points != "detector"
     tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, config.detect, config.track,
                       background=background, lag=None if live else config.detect.lag)
+    if live and isinstance(engines.detector, WarmDetector):
+        engines.detector.warm()  # the first faces' judgement: before the camera's first frame
     selector = Selector(config.select, references, engines.embedder, config.pipeline.max_faces)
     analyse = AnalyseWorker(tracker, selector, engines.swapper, faces)
     swap = SwapWorker(engines.swapper, enhancer)
