@@ -23,6 +23,8 @@ IO = {
     "w600k_r50.onnx": ([("input.1", ["N", 3, 112, 112])], [("683", ["N", 512])]),
     "inswapper_128.onnx": ([("target", [1, 3, 128, 128]), ("source", [1, 512])],
                            [("output", [1, 3, 128, 128])]),
+    "inswapper_128_fp16.onnx": ([("target", [1, 3, 128, 128]), ("source", [1, 512])],
+                                [("output", [1, 3, 128, 128])]),
     "2dfan4.onnx": ([("input", [1, 3, 256, 256])], [("landmarks", [1, 68, 3]), ("heatmaps", [1, 68, 64, 64])]),
     "simswap_256.onnx": ([("target", [1, 3, 256, 256]), ("source", [1, 512])], [("output", [1, 3, 256, 256])]),
     "simswap_unofficial_512.onnx": ([("target", [1, 3, 512, 512]), ("source", [1, 512])],
@@ -60,10 +62,12 @@ def test_detector_runs_and_gives_insightface_row_counts(built: dict[str, Path]) 
     assert all(np.isfinite(o).all() for o in outs)
 
 
-def test_inswapper_emap_is_the_last_initializer(built: dict[str, Path]) -> None:
-    model = onnx.load(str(built["inswapper_128.onnx"]), load_external_data=False)
+@pytest.mark.parametrize(("file", "dtype"), [("inswapper_128.onnx", np.float32),
+                                             ("inswapper_128_fp16.onnx", np.float16)])
+def test_inswapper_emap_is_the_last_initializer(built: dict[str, Path], file: str, dtype: type) -> None:
+    model = onnx.load(str(built[file]), load_external_data=False)
     emap = onnx.numpy_helper.to_array(model.graph.initializer[-1])
-    assert emap.shape == (512, 512) and emap.dtype == np.float32
+    assert emap.shape == (512, 512) and emap.dtype == dtype
 
 
 @pytest.mark.parametrize("file", list(ESTIMATES))

@@ -1,9 +1,9 @@
 """Cost-equivalent stand-ins for the standard neural models (no real weights can be fetched).
 
-`python tools/cost_models.py OUTDIR` writes det_10g.onnx, w600k_r50.onnx, inswapper_128.onnx,
-2dfan4.onnx, simswap_256.onnx, simswap_unofficial_512.onnx and xseg_1.onnx: seeded random weights, the
-real files' I/O (names, shapes, dynamic axes), and about the real models'
-multiply-accumulates, spent in real Conv/Gemm layers so that ONNX
+`python tools/cost_models.py OUTDIR` writes det_10g.onnx, w600k_r50.onnx, inswapper_128.onnx
+(and its float16 twin), 2dfan4.onnx, simswap_256.onnx, simswap_unofficial_512.onnx and
+xseg_1.onnx: seeded random weights, the real files' I/O (names, shapes, dynamic axes), and
+about the real models' multiply-accumulates, spent in real Conv/Gemm layers so that ONNX
 Runtime's cost (memory traffic, kernel choice, threading) is representative. It prints the
 MACs it counts in each built graph next to the estimate for the real model.
 
@@ -118,6 +118,9 @@ ESTIMATES: dict[str, Estimate] = {
     "inswapper_128.onnx": Estimate("inswapper_128.onnx", 174.6, 0.25,
                                    {"target": [1, 3, 128, 128], "source": [1, 512]},
                                    "ReSwapper's reading of the graph; 138M params ~ 554 MB file"),
+    "inswapper_128_fp16.onnx": Estimate("inswapper_128_fp16.onnx", 174.6, 0.25,
+                                        {"target": [1, 3, 128, 128], "source": [1, 512]},
+                                        "inswapper_128's, in float16"),
     "2dfan4.onnx": Estimate("2dfan4.onnx", 25.2, 0.25, {"input": [1, 3, 256, 256]},
                             "FAN paper / face-alignment code, 4 hourglasses"),
     "simswap_256.onnx": Estimate("simswap_256.onnx", 62.8, 0.10,
@@ -393,6 +396,35 @@ def build_inswapper(path: str | os.PathLike[str], seed: int = 0) -> Path:
     return _save(_swapper_model(g, "cost_inswapper_128", 128), path)
 
 
+def build_inswapper_fp16(path: str | os.PathLike[str], seed: int = 0) -> Path:
+    """inswapper_128_fp16.onnx stand-in: inswapper_128's, its weights (emap too) in float16
+    and its arithmetic in float16 behind float32 I/O, as the published fp16 export."""
+    built = build_inswapper(path, seed)
+    return _save(_float16(onnx.load(str(built))), built)
+
+
+def _float16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` computing in float16: its float initializers converted (not Resize's scales,
+    which must stay float32), its float32 inputs cast on the way in and its outputs on the
+    way out, under the same names."""
+    g = model.graph
+    keep = {n.input[2] for n in g.node if n.op_type == "Resize" and len(n.input) > 2}
+    inits = [numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name)
+             if t.data_type == TensorProto.FLOAT and t.name not in keep else t for t in g.initializer]
+    ins, outs = [i.name for i in g.input], [o.name for o in g.output]
+    body = list(g.node)
+    for node in body:
+        node.input[:] = [f"{x}_16" if x in ins else x for x in node.input]
+        node.output[:] = [f"{x}_16" if x in outs else x for x in node.output]
+    nodes = ([helper.make_node("Cast", [x], [f"{x}_16"], to=TensorProto.FLOAT16) for x in ins] + body
+             + [helper.make_node("Cast", [f"{x}_16"], [x], to=TensorProto.FLOAT) for x in outs])
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    return model
+
+
 # -- SimSwap -----------------------------------------------------------------------------------
 
 
@@ -544,6 +576,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "det_10g.onnx": build_scrfd,
     "w600k_r50.onnx": build_arcface,
     "inswapper_128.onnx": build_inswapper,
+    "inswapper_128_fp16.onnx": build_inswapper_fp16,
     "2dfan4.onnx": build_fan,
     "simswap_256.onnx": build_simswap,
     "simswap_unofficial_512.onnx": build_simswap_512,
