@@ -30,6 +30,7 @@ IO = {
     "simswap_unofficial_512.onnx": ([("target", [1, 3, 512, 512]), ("source", [1, 512])],
                                     [("output", [1, 3, 512, 512])]),
     "xseg_1.onnx": ([("input", [1, 256, 256, 3])], [("output", [1, 256, 256, 1])]),
+    "bisenet_resnet_34.onnx": ([("input", [1, 3, 512, 512])], [("output", [1, 19, 512, 512])]),
 }
 
 
@@ -115,16 +116,20 @@ def test_the_simswap_stand_in_swaps_a_face_through_its_swapper(built: dict[str, 
     assert np.isfinite(out.patch).all() and (out.valid > 0).mean() > 0.5
 
 
-def test_the_xseg_stand_in_is_taken_as_an_occlusion_model(built: dict[str, Path]) -> None:
-    # tools/bench_pixel_boost.py --mask occlusion times it through the same Masker as the
-    # real xseg_1 file: one NHWC input, an output in 0..1 the size of its input.
+def test_the_mask_stand_ins_are_taken_as_the_mask_models(built: dict[str, Path]) -> None:
+    # tools/bench_pixel_boost.py --mask occlusion,region times them through the same Masker
+    # as the real xseg_1 and bisenet_resnet_34 files, which checks their inputs when it opens.
     from engines.backends.base import RuntimeOptions
     from engines.backends.ort import OrtRuntime
-    from engines.models.masks import Masker, MaskOptions, occlusion_mask
+    from engines.models.masks import Masker, MaskOptions, occlusion_mask, region_mask
 
     occluder = OrtRuntime(built["xseg_1.onnx"], RuntimeOptions())
-    masker = Masker(MaskOptions(types=("occlusion",)), occluder=occluder)
-    masker.open()
-    seen = occluder.run({"input": np.random.default_rng(1).random((1, 256, 256, 3), np.float32)}, ["output"])["output"]
+    parser = OrtRuntime(built["bisenet_resnet_34.onnx"], RuntimeOptions())
+    Masker(MaskOptions(types=("occlusion", "region")), occluder=occluder, parser=parser).open()
+    rng = np.random.default_rng(1)
+    seen = occluder.run({"input": rng.random((1, 256, 256, 3), np.float32)}, ["output"])["output"]
     assert seen.shape == (1, 256, 256, 1) and 0.0 <= seen.min() and seen.max() <= 1.0
     assert occlusion_mask(seen[0], 128).shape == (128, 128)
+    logits = parser.run({"input": rng.random((1, 3, 512, 512), np.float32)}, ["output"])["output"]
+    assert logits.shape == (1, 19, 512, 512) and np.isfinite(logits).all()
+    assert region_mask(logits[0], 128, ("skin", "nose")).shape == (128, 128)

@@ -1,8 +1,8 @@
 """Cost-equivalent stand-ins for the standard neural models (no real weights can be fetched).
 
 `python tools/cost_models.py OUTDIR` writes det_10g.onnx, w600k_r50.onnx, inswapper_128.onnx
-(and its float16 twin), 2dfan4.onnx, simswap_256.onnx, simswap_unofficial_512.onnx and
-xseg_1.onnx: seeded random weights, the real files' I/O (names, shapes, dynamic axes), and
+(and its float16 twin), 2dfan4.onnx, simswap_256.onnx, simswap_unofficial_512.onnx,
+xseg_1.onnx and bisenet_resnet_34.onnx: seeded random weights, the real files' I/O (names, shapes, dynamic axes), and
 about the real models' multiply-accumulates, spent in real Conv/Gemm layers so that ONNX
 Runtime's cost (memory traffic, kernel choice, threading) is representative. It prints the
 MACs it counts in each built graph next to the estimate for the real model.
@@ -61,6 +61,12 @@ Estimates (GMACs = 1e9 multiply-accumulates; 1 MAC = 2 FLOPs):
   as DeepFaceLab's TensorFlow graphs), base 32 channels, counted at 256: the encoder's 15
   conv3x3 4.5, the Dense pair 0.004, the decoder's 6 stride-2 transposed conv3x3 (1.0: a
   transposed conv costs its input's pixels, not its output's) and 15 conv3x3 (8.2).
+- **bisenet_resnet_34 (512x512, the region mask): 23 GMACs, +-15%.** BiSeNet as the
+  face-parsing ports build it (zllrunning's face-parsing.PyTorch, with a ResNet-34
+  backbone in the later ports FaceFusion's file comes from): ResNet-34 at 512 (3.6 GMACs at
+  224^2 x (512/224)^2 = 19.1: stem 0.6, its four stages 3.6, 4.6, 7.0, 3.3) and the context
+  path, fusion and head at 1/32-1/8 (3.9, of which the head's conv3x3 256->256 at 64^2 is
+  2.4). The tolerance is for the port's head widths, which we cannot read off the file.
 
 What is real cost and what is a stand-in:
 
@@ -131,6 +137,8 @@ ESTIMATES: dict[str, Estimate] = {
                                             "the same generator at 512 with --Gdeep, counted"),
     "xseg_1.onnx": Estimate("xseg_1.onnx", 13.8, 0.10, {"input": [1, 256, 256, 3]},
                             "DeepFaceLab's XSeg, base 32, counted"),
+    "bisenet_resnet_34.onnx": Estimate("bisenet_resnet_34.onnx", 23.0, 0.15, {"input": [1, 3, 512, 512]},
+                                       "ResNet-34 at 512 (19.1) + BiSeNet's heads, counted"),
 }
 
 
@@ -501,6 +509,54 @@ def build_xseg(path: str | os.PathLike[str], seed: int = 0) -> Path:
     return _save(model, path)
 
 
+# -- BiSeNet (bisenet_resnet_34) -------------------------------------------------------------
+
+
+def _attention(g: _Graph, x: str, ch: int, hidden: int | None = None) -> str:
+    """x times a channel attention from its global mean (1x1 convs, sigmoid), as BiSeNet's
+    ARM (one conv) and FFM (two, through `hidden` channels) weigh their features."""
+    a = g.op("GlobalAveragePool", [x])
+    if hidden:
+        a = g.conv(g.conv(a, ch, hidden, 1, 1, "relu"), hidden, ch, 1, 1, None)
+    else:
+        a = g.conv(a, ch, ch, 1, 1, None)
+    return g.op("Mul", [x, g.op("Sigmoid", [a])])
+
+
+def build_bisenet(path: str | os.PathLike[str], seed: int = 0) -> Path:
+    """bisenet_resnet_34.onnx stand-in: input [1,3,512,512] -> output [1,19,512,512] logits.
+    BiSeNet as the face-parsing ports build it: a ResNet-34 (basic blocks 3, 4, 6, 3; 64-512
+    channels; strides 4-32), a context path (global mean and attention refinements of the
+    1/32 and 1/16 features, each summed, upsampled and a conv3x3 128->128), a fusion of the
+    1/8 features (concat, 1x1 to 256, attention), and the head: conv3x3 256->256, 1x1 to
+    19 classes at 1/8, upsampled x8. BatchNorm is folded into the convs."""
+    g = _Graph(seed)
+    x = g.conv("input", 3, 64, 7, 2, "relu")
+    x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    feats = []
+    cin = 64
+    for cout, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for k in range(blocks):
+            x = _basic_block(g, x, cin, cout, stride if k == 0 else 1)
+            cin = cout
+        feats.append(x)
+    f8, f16, f32 = feats[1], feats[2], feats[3]
+    tail = g.conv(g.op("GlobalAveragePool", [f32]), 512, 128, 1, 1, "relu")
+    up32 = g.op("Add", [_attention(g, g.conv(f32, 512, 128, 3, 1, "relu"), 128), tail])  # broadcast
+    up32 = g.conv(g.up2(up32, "nearest"), 128, 128, 3, 1, "relu")  # 1/16
+    up16 = g.op("Add", [_attention(g, g.conv(f16, 256, 128, 3, 1, "relu"), 128), up32])
+    up16 = g.conv(g.up2(up16, "nearest"), 128, 128, 3, 1, "relu")  # 1/8
+    fused = g.conv(g.op("Concat", [f8, up16], axis=1), 256, 256, 1, 1, "relu")
+    fused = g.op("Add", [_attention(g, fused, 256, 64), fused])
+    logits = g.conv(g.conv(fused, 256, 256, 3, 1, "relu"), 256, 19, 1, 1, None)
+    scales = g.const(np.array([1, 1, 8, 8], np.float32), "scales")
+    g.nodes.append(helper.make_node("Resize", [logits, "", scales], ["output"], mode="linear"))
+    model = g.model("cost_bisenet_resnet_34",
+                    [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 512, 512])],
+                    [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 19, 512, 512])])
+    return _save(model, path)
+
+
 # -- 2dfan4 ------------------------------------------------------------------------------------
 
 
@@ -581,6 +637,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "simswap_256.onnx": build_simswap,
     "simswap_unofficial_512.onnx": build_simswap_512,
     "xseg_1.onnx": build_xseg,
+    "bisenet_resnet_34.onnx": build_bisenet,
 }
 
 
