@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+",
                     help="pixel boosts to time (default: inswapper_128 at 128 256 512, others at their own size)")
     ap.add_argument("--repeat", type=int, default=3, help="swaps timed per size (median)")
-    ap.add_argument("--mask", default="", help="mask types to time as well, comma-separated (box, area, occlusion, region)")
+    ap.add_argument("--mask", default="",
+                    help="mask types to time as well, comma-separated (box, area, occlusion, region)")
     args = ap.parse_args(argv)
     types = tuple(t for t in args.mask.split(",") if t)
     bad = [t for t in types if t not in MASK_TYPES]
