@@ -34,12 +34,12 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], s
 def test_dry_run_writes_every_section(dry_run: tuple[dict[str, Any], str]) -> None:
     report, printed = dry_run
     assert report["dry_run"] is True and report["all_ok"] is True
-    assert list(report["sections"]) == ["copies", "ring", "models", "pipeline"]
+    assert list(report["sections"]) == ["copies", "ring", "models", "pipeline", "live"]
     assert all(s["ok"] and s["seconds"] >= 0 for s in report["sections"].values())
     assert report["machine"]["device"]["stand_in"] is True
     assert report["runtime"]["kind"] == "onnxruntime" and report["runtime"]["stand_in"] is True
-    for name in ("copies (", "ring (", "models (", "pipeline (", "pinned / pageable", "serial", "overlapped",
-                 "engine alone", "peak device memory"):
+    for name in ("copies (", "ring (", "models (", "pipeline (", "live (", "pinned / pageable", "serial",
+                 "overlapped", "engine alone", "peak device memory", "the live bench's targets"):
         assert name in printed
 
 
@@ -85,6 +85,19 @@ def test_pipeline_figures_and_the_replayed_calls(dry_run: tuple[dict[str, Any], 
     assert replayed["det_10g.onnx"] == calls["detect"] and replayed["inswapper_128.onnx"] == calls["swap"] > 0
     assert set(sec["peak_memory"]) >= {"torch_max_allocated_mib", "cupy_pool_total_mib", "device_used_peak_mib"}
     assert set(sec["stages"]) >= {"analyse", "swap", "composite"} and sec["slowest_stage"] in sec["stages"]
+
+
+def test_live_with_masks_figures_and_the_verdict_they_give(dry_run: tuple[dict[str, Any], str]) -> None:
+    # One face live with the mouth (area) and occlusion masks: the swap ran with both, the
+    # occlusion model on every third of the face's frames (the fast preset's mask.every),
+    # and the verdict is the live bench's three targets read off the figures.
+    sec = dry_run[0]["sections"]["live"]
+    assert sec["engine"] == "neural" and sec["masks"] == "area,occlusion" and "mouth" not in sec["areas"]
+    assert sec["faces_swapped"] > 0 and 0 < sec["mask_model_runs"] < sec["faces_swapped"]
+    assert sec["frames_in"] > 0 and sec["dropped_share"] == pytest.approx(sec["drops"] / sec["frames_in"], abs=1e-4)
+    targets = (sec["fps_out"] >= 29.5 and sec["dropped_share"] <= 0.01
+               and sec["latency_ms"]["p95_ms"] <= sec["p95_bound_ms"])
+    assert sec["meets_targets"] == targets
 
 
 def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path: Path,

@@ -99,8 +99,8 @@ class RecordedRuntime:
         return self.inner.run(feeds, list(outputs))
 
 
-def target_frames(n: int, size: tuple[int, int]) -> list[np.ndarray]:
-    """`n` frames of `size` (w, h): three soft blobs drifting on black.
+def target_frames(n: int, size: tuple[int, int], blobs: int = 3) -> list[np.ndarray]:
+    """`n` frames of `size` (w, h): `blobs` soft blobs drifting on black.
 
     The stand-in detector is not a face detector: it answers to local contrast, so a
     textured picture gives it dozens of boxes a frame (and a grey frame one more row
@@ -117,9 +117,9 @@ def target_frames(n: int, size: tuple[int, int]) -> list[np.ndarray]:
     frames = []
     for i in range(n):
         frame = np.zeros((h, w, 3), np.uint8)
-        for j in range(3):
-            x = int((j + 0.5) * w / 3 - sw / 2 + (i % 60 - 30) * w / 1920)
-            y = int(h / 2 - sh / 2 + (j - 1) * h / 8)
+        for j in range(blobs):
+            x = int((j + 0.5) * w / blobs - sw / 2 + (i % 60 - 30) * w / 1920)
+            y = int(h / 2 - sh / 2 + (j - (blobs - 1) / 2) * h / 8)
             x, y = min(max(0, x), max(0, w - sw)), min(max(0, y), max(0, h - sh))
             region = frame[y:y + sh, x:x + sw]
             np.maximum(region, sprite[:region.shape[0], :region.shape[1]], out=region)

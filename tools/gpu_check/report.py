@@ -66,7 +66,20 @@ def _pipeline(sec: dict[str, Any]) -> list[str]:
     ]
 
 
-SHOW = {"copies": _copies, "ring": _ring, "models": _models, "pipeline": _pipeline}
+def _live(sec: dict[str, Any]) -> list[str]:
+    clip, lat = sec["clip"], sec["latency_ms"]
+    return [
+        f"  one face live, {clip['width']}x{clip['height']} at {clip['fps']} fps, masks {sec['masks']} "
+        f"(areas {sec['areas']}), {sec['models']} models on {sec['runtime']} {sec['precision']}; "
+        f"{sec['faces_swapped']} faces swapped, mask models run {sec['mask_model_runs']} times",
+        f"  in {_fmt(sec['fps_in'], 1)} fps, out {_fmt(sec['fps_out'], 1)} fps, drops {sec['drops']} of "
+        f"{sec['frames_in']}; latency p50 {_fmt(lat['p50_ms'], 0)} ms p95 {_fmt(lat['p95_ms'], 0)} ms "
+        f"(bound {_fmt(sec['p95_bound_ms'], 0)}); the live bench's targets: "
+        f"{'met' if sec['meets_targets'] else 'NOT met'}",
+    ]
+
+
+SHOW = {"copies": _copies, "ring": _ring, "models": _models, "pipeline": _pipeline, "live": _live}
 
 
 def table(report: dict[str, Any]) -> str:

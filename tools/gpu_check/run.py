@@ -1,12 +1,15 @@
 """The GPU check: what our pipeline's GPU path does on a CUDA machine without TensorRT.
 
-Four sections, each failing on its own (its error goes into the JSON, the others still run):
+Five sections, each failing on its own (its error goes into the JSON, the others still run):
   copies    pinned vs pageable host<->device bandwidth through our allocators
   ring      a ring of pinned slots feeding the device, serial vs overlapped copies
   models    the four stand-in models on the torch runtime (onnx2torch), fp32 and fp16,
             batch 1..16: latency, and the difference from ONNX Runtime on the CPU
   pipeline  the neural pipeline on a generated 1080p clip with that runtime: pipeline fps
             against engine-alone fps (goal >= 0.8), and peak device memory
+  live      one face live (a 720p clip paced as a camera) with the mouth (area) and
+            occlusion (XSeg) masks, on the cost-equivalent models: fps out, drops and
+            latency against the live bench's targets
 
 It writes one JSON (rewritten after every section, so a cut-short run keeps what it
 measured) and prints a short table. `--dry-run` runs the same code on the CPU with tiny
@@ -38,7 +41,7 @@ if __package__ in (None, ""):  # run as a file: this tree's packages first (a to
 
 from tools.gpu_check.report import table  # noqa: E402
 
-SECTIONS = ("copies", "ring", "models", "pipeline")
+SECTIONS = ("copies", "ring", "models", "pipeline", "live")
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,16 @@ class Sizes:
     model_repeats: int
     clip: tuple[int, int]  # width, height
     seconds: float
+    live_clip: tuple[int, int]
+    live_seconds: float
 
 
 GPU_SIZES = Sizes(copy_mib=(1, 16, 256), copy_repeats=10, ring_shape=(2160, 3840, 3), ring_frames=200,
-                  batches=(1, 2, 4, 8, 16), model_warmup=5, model_repeats=30, clip=(1920, 1080), seconds=3.0)
+                  batches=(1, 2, 4, 8, 16), model_warmup=5, model_repeats=30, clip=(1920, 1080), seconds=3.0,
+                  live_clip=(1280, 720), live_seconds=10.0)
 DRY_SIZES = Sizes(copy_mib=(0.25, 1), copy_repeats=3, ring_shape=(72, 128, 3), ring_frames=16,
-                  batches=(1, 2), model_warmup=1, model_repeats=2, clip=(320, 180), seconds=0.2)
+                  batches=(1, 2), model_warmup=1, model_repeats=2, clip=(320, 180), seconds=0.2,
+                  live_clip=(320, 180), live_seconds=0.5)
 
 
 def _versions() -> dict[str, str | None]:
@@ -191,8 +198,14 @@ def main(argv: list[str] | None = None) -> int:
             return measure_pipeline(need_backend(), work, models_written(), kind, args.precision, args.dry_run,
                                     sizes.clip, seconds, overrides=tuple(args.overrides))
 
+        def live() -> dict[str, Any]:
+            from tools.gpu_check.live import measure_live
+
+            return measure_live(work, kind, args.precision, args.dry_run, sizes.live_clip, sizes.live_seconds,
+                                overrides=tuple(args.overrides))
+
         bodies: dict[str, Callable[[], dict[str, Any]]] = {
-            "copies": copies, "ring": ring, "models": models, "pipeline": pipeline}
+            "copies": copies, "ring": ring, "models": models, "pipeline": pipeline, "live": live}
         for name in wanted:
             _section(report, name, bodies[name], out)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
