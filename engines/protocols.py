@@ -1,6 +1,7 @@
 """The small protocols through which the pipeline uses engines: one per model kind."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -24,6 +25,22 @@ class Detector(Protocol):
     def forward(self, frame: FrameViews) -> list[tuple[Box, float]]:
         """Face boxes (frame pixels) and scores."""
         ...
+
+
+_DETECTION_THREAD = threading.local()
+
+
+def detect_in_background() -> None:
+    """Mark the calling thread as one that runs detections beside the pipeline's busy stages
+    (stream.analysis.background_detector's): a detector then does all its work in that
+    thread. In line, where the analyse stage waits for it (a live run's first frame, an
+    empty scene, a face lost), it may spread its work over a helper thread as well."""
+    _DETECTION_THREAD.background = True
+
+
+def detecting_in_background() -> bool:
+    """Whether the calling thread was marked by `detect_in_background`."""
+    return bool(getattr(_DETECTION_THREAD, "background", False))
 
 
 @runtime_checkable

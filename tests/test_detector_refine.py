@@ -145,3 +145,37 @@ def test_a_failure_on_the_helper_thread_is_raised_to_the_caller() -> None:
         detector.refine_boxes(gray, boxes)
     # One box needs no helper: it is refined in the caller's thread alone.
     assert detector.refine_boxes(gray, boxes[:1]) != boxes[:1]
+
+
+def test_a_background_detections_boxes_are_refined_in_its_own_thread_only() -> None:
+    # Beside the stages (the background detector's thread) a helper thread would compete
+    # for the cores they keep busy: there every box is refined in the calling thread.
+    import threading
+
+    from engines.protocols import detect_in_background
+
+    gray, boxes = _six_faces()
+    detector = DlibHogDetector(refine=True)
+    detector.open()
+    seen: list[str] = []
+    real = DlibHogDetector._scan_near
+
+    def recording(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(threading.current_thread().name)
+        return real(self, *args, **kwargs)
+
+    def background() -> None:
+        detect_in_background()
+        out.extend(detector.refine_boxes(gray, boxes))
+
+    out: list[Box] = []
+    DlibHogDetector._scan_near = recording  # type: ignore[method-assign]
+    try:
+        thread = threading.Thread(target=background, name="fs-detect")
+        thread.start()
+        thread.join()
+        in_line = detector.refine_boxes(gray, boxes)
+    finally:
+        DlibHogDetector._scan_near = real  # type: ignore[method-assign]
+    assert seen[:6] == ["fs-detect"] * 6 and out == in_line
+    assert "fs-refine" in seen[6:]  # in line, the helper took its share

@@ -11,6 +11,7 @@ import numpy as np
 from engines.dlib.models import own_hog_detector, shared_model
 from engines.face import Box, iou
 from engines.frame_views import FrameViews
+from engines.protocols import detecting_in_background
 
 WINDOW = 80  # px: the smallest face HOG's frontal filters find, at the scale they scan
 # Refining a box: HOG's boxes come in steps of its pyramid (6/5 apart) and of its 8 px cells
@@ -63,8 +64,8 @@ class DlibHogDetector:
         self.calls = 0
         self._detector: dlib.fhog_object_detector | None = None
         self._lock = threading.Lock()
-        # A second copy of a stream's own detector: a detection's crops (refinements, the
-        # faces looked for near their boxes) are scanned half on it, on a thread of their
+        # A second copy of a stream's own detector: an in-line detection's crops (refinements,
+        # the faces looked for near their boxes) are scanned half on it, on a thread of their
         # own (dlib lets the GIL go while it scans), half on the first (`_scan_crops`).
         self._second: dlib.fhog_object_detector | None = None
         self._second_lock = threading.Lock()
@@ -161,11 +162,13 @@ class DlibHogDetector:
 
     def _scan_crops(self, gray: np.ndarray, jobs: Sequence[tuple[Box, Sequence[float]]]
                     ) -> list[tuple[list[Box], float]]:
-        """`_scan_near` for each (box, scales) of `jobs`, in order. With a second detector,
-        every other job runs on it on a helper thread while this one runs the rest: a new
-        scene's six boxes refined in about half the time (each box's result is the same on
-        either copy, whichever runs it)."""
-        if len(jobs) < 2 or self._second is None:
+        """`_scan_near` for each (box, scales) of `jobs`, in order. In line (not on a
+        background detection's thread, engines.protocols.detecting_in_background), with a
+        second detector, every other job runs on it on a helper thread while this one runs
+        the rest: a new scene's six boxes refined in about half the time while the stages
+        wait (each box's result is the same on either copy, whichever runs it). In the
+        background the stages keep both cores busy, and a helper would only compete."""
+        if len(jobs) < 2 or self._second is None or detecting_in_background():
             return [self._scan_near(gray, box, scales) for box, scales in jobs]
         results: list[tuple[list[Box], float] | None] = [None] * len(jobs)
         failed: list[BaseException] = []

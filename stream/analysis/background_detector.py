@@ -8,7 +8,7 @@ import numpy as np
 
 from engines.face import Box, ImageBGR
 from engines.frame_views import FrameViews
-from engines.protocols import Detector
+from engines.protocols import Detector, detect_in_background
 
 
 class BackgroundDetector:
@@ -82,6 +82,7 @@ class BackgroundDetector:
         return self.poll()
 
     def _loop(self) -> None:
+        detect_in_background()  # beside the stages: no helper threads (DlibHogDetector._scan_crops)
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
