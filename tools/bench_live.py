@@ -59,6 +59,7 @@ from stream.server.client import PacedTrack  # noqa: E402
 from stream.sinks.fanout import FanoutSink  # noqa: E402
 from stream.sinks.vcam import VirtualCameraSink  # noqa: E402
 from stream.sources.open import open_source  # noqa: E402
+from tools.live_targets import p95_bound_ms, processing_ms  # noqa: E402
 from tools.webrtc_sync import flash_beep_tracks, read_webrtc_sync  # noqa: E402
 
 
@@ -417,11 +418,8 @@ def main() -> int:
 
 
 def report(name: str, rep: dict) -> None:
-    st = rep["stages"]
-    processing = sum(st[k]["mean_ms"] for k in ("analyse", "swap", "composite", "encode") if k in st)
-    interval = 1000.0 / 30
+    processing, bound = processing_ms(rep), p95_bound_ms(rep)
     lat = rep["latency"]
-    bound = processing + 2 * interval
     line = (f"{name:>16}: in {rep['frames_in'] / rep['elapsed_s']:.1f} fps, out {rep['fps']:.1f} fps, "
             f"drops {rep['drops']} of {rep['frames_in']}; latency p50 {lat['p50_ms']:.0f} ms "
             f"p95 {lat['p95_ms']:.0f} ms; processing {processing:.0f} ms/frame; "

@@ -5,7 +5,7 @@ layers; the real weights cannot be fetched here) and the CPU's ONNX Runtime.
 A boost of k x the model's size runs the model k*k times a face (the tiles), and crops,
 normalises, re-assembles and pastes the larger crop. Each size's figure is the median of
 `--repeat` swaps of one face in a 720p frame (crop, model calls, decode, paste-back mask
-and blend). The swappers with a stand-in: inswapper_128, simswap_256 and
+and blend). The swappers with a stand-in: inswapper_128 (and _fp16), simswap_256 and
 simswap_unofficial_512 (hyperswap's layers are not published):
 
     python tools/bench_pixel_boost.py                       # inswapper_128 at 128, 256, 512
@@ -45,8 +45,6 @@ from stream.media.demo_clips import astronaut  # noqa: E402
 from tools.cost_models import BUILDERS  # noqa: E402
 from tools.synth.swappers import make_converter  # noqa: E402
 
-PROFILES_FILES = {f"{name}.onnx" for name in PROFILES}
-
 
 def _time_swaps(swapper: InSwapper, frame: np.ndarray, points: np.ndarray, repeat: int) -> float:
     """Median ms of `repeat` swaps of the face at `points` (after one warm-up swap)."""
@@ -78,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     prof = profile(args.swapper)
     file = f"{prof.name}.onnx"
     if file not in BUILDERS:
+        stand_ins = [name for name in PROFILES if f"{name}.onnx" in BUILDERS]
         ap.error(f"{prof.name} has no cost-equivalent stand-in (its layers are not published); "
-                 f"these have: {', '.join(f.removesuffix('.onnx') for f in BUILDERS if f in PROFILES_FILES)}")
+                 f"these have: {', '.join(stand_ins)}")
     sizes = args.sizes or ([128, 256, 512] if prof.name == "inswapper_128" else [prof.size])
     frame = np.zeros((720, 1280, 3), np.uint8)
     face = astronaut()
@@ -96,13 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             converter = OrtRuntime(make_converter(Path(tmp) / f"{prof.converter}.onnx"), RuntimeOptions())
         masker = None
         if types:
-            occluder = parser = None
-            if "occlusion" in types:
-                occluder = OrtRuntime(BUILDERS["xseg_1.onnx"](Path(tmp) / "xseg_1.onnx"), RuntimeOptions())
-            if "region" in types:
-                file = "bisenet_resnet_34.onnx"
-                parser = OrtRuntime(BUILDERS[file](Path(tmp) / file), RuntimeOptions())
-            masker = Masker(MaskOptions(types=types), occluder=occluder, parser=parser)
+            def stand_in(mask_file: str) -> OrtRuntime:
+                return OrtRuntime(BUILDERS[mask_file](Path(tmp) / mask_file), RuntimeOptions())
+
+            masker = Masker(MaskOptions(types=types),
+                            occluder=stand_in("xseg_1.onnx") if "occlusion" in types else None,
+                            parser=stand_in("bisenet_resnet_34.onnx") if "region" in types else None)
         print(f"{prof.name} cost-equivalent stand-in, one face in a 1280x720 frame, median of {args.repeat}:")
         base = None
         for size in sizes:

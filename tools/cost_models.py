@@ -2,9 +2,9 @@
 
 `python tools/cost_models.py OUTDIR` writes det_10g.onnx, w600k_r50.onnx, inswapper_128.onnx
 (and its float16 twin), 2dfan4.onnx, simswap_256.onnx, simswap_unofficial_512.onnx,
-xseg_1.onnx and bisenet_resnet_34.onnx: seeded random weights, the real files' I/O (names, shapes, dynamic axes), and
-about the real models' multiply-accumulates, spent in real Conv/Gemm layers so that ONNX
-Runtime's cost (memory traffic, kernel choice, threading) is representative. It prints the
+xseg_1.onnx and bisenet_resnet_34.onnx: seeded random weights, the real files' I/O (names,
+shapes, dynamic axes), and about the real models' multiply-accumulates, spent in real
+Conv/Gemm layers so that ONNX Runtime's cost (memory traffic, kernel choice, threading) is representative. It prints the
 MACs it counts in each built graph next to the estimate for the real model.
 
 Estimates (GMACs = 1e9 multiply-accumulates; 1 MAC = 2 FLOPs):
@@ -345,23 +345,24 @@ def build_arcface(path: str | os.PathLike[str], seed: int = 0) -> Path:
 # -- inswapper_128 -----------------------------------------------------------------------------
 
 
-def _styled_conv(g: _Graph, h: str, ch: int, relu: bool, shared: dict[str, str], reflect: bool = False) -> str:
+def _styled_conv(g: _Graph, h: str, ch: int, relu: bool, shared: dict[int, tuple[str, str, str]],
+                 reflect: bool = False) -> str:
     """conv3x3 ch->ch (its border reflected when `reflect`), instance norm, then the
     identity's scale and shift from Gemm(source 512 -> 2 ch) (AdaIN, as inswapper's and
-    SimSwap's style blocks do), and a ReLU when `relu`. `shared` holds the norm's and the
-    reshape's constants, made once a graph."""
-    if "ones" not in shared:
-        shared["ones"] = g.const(np.ones(ch, np.float32), "in_scale")
-        shared["zeros"] = g.const(np.zeros(ch, np.float32), "in_bias")
-        shared["shape"] = g.const(np.array([-1, ch, 1, 1], np.int64), "style_shape")
+    SimSwap's style blocks do), and a ReLU when `relu`. `shared` holds, per channel count,
+    the norm's scale and bias and the reshape's target, made once a graph."""
+    if ch not in shared:
+        shared[ch] = (g.const(np.ones(ch, np.float32), "in_scale"), g.const(np.zeros(ch, np.float32), "in_bias"),
+                      g.const(np.array([-1, ch, 1, 1], np.int64), "style_shape"))
+    ones, zeros, shape = shared[ch]
     h = g.conv(h, ch, ch, 3, 1, None, reflect=reflect)
-    h = g.op("InstanceNormalization", [h, shared["ones"], shared["zeros"]], epsilon=1e-6)
+    h = g.op("InstanceNormalization", [h, ones, zeros], epsilon=1e-6)
     w = g.const(g.rng.standard_normal((512, 2 * ch), dtype=np.float32) * np.float32(0.02), "style_w")
     b = g.const(np.concatenate([np.ones(ch), np.zeros(ch)]).astype(np.float32), "style_b")
     style = g.op("Gemm", ["source", w, b])
     halves = [g.op("Reshape", [g.op("Slice", [style, g.const(np.array([lo], np.int64)),
                                               g.const(np.array([lo + ch], np.int64)),
-                                              g.const(np.array([1], np.int64))]), shared["shape"]])
+                                              g.const(np.array([1], np.int64))]), shape])
               for lo in (0, ch)]
     h = g.op("Add", [g.op("Mul", [h, halves[0]]), halves[1]])
     return g.op("Relu", [h]) if relu else h
@@ -392,7 +393,7 @@ def build_inswapper(path: str | os.PathLike[str], seed: int = 0) -> Path:
     x = g.conv(x, 128, 256, 3, 1, "lrelu")
     x = g.conv(x, 256, 512, 3, 2, "lrelu")
     x = g.conv(x, 512, 1024, 3, 2, "lrelu")  # 32x32
-    shared: dict[str, str] = {}
+    shared: dict[int, tuple[str, str, str]] = {}
     for _ in range(6):
         x = g.op("Add", [_styled_conv(g, _styled_conv(g, x, 1024, True, shared), 1024, False, shared), x])
     x = g.conv(g.up2(x), 1024, 512, 3, 1, "lrelu")  # 64x64
@@ -449,7 +450,7 @@ def build_simswap(path: str | os.PathLike[str], seed: int = 0, size: int = 256, 
     x = g.conv("target", 3, 64, 7, 1, "relu", reflect=True)
     for cin, cout in ((64, 128), (128, 256), (256, 512)) + (((512, 512),) if deep else ()):
         x = g.conv(x, cin, cout, 3, 2, "relu")
-    shared: dict[str, str] = {}
+    shared: dict[int, tuple[str, str, str]] = {}
     for _ in range(9):
         y = _styled_conv(g, x, 512, True, shared, reflect=True)
         x = g.op("Add", [_styled_conv(g, y, 512, False, shared, reflect=True), x])

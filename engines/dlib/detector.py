@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import cast
 
 import cv2
 import dlib
@@ -189,7 +190,7 @@ class DlibHogDetector:
             thread.join()
         if failed:
             raise failed[0]
-        return [r for r in results if r is not None]
+        return cast(list[tuple[list[Box], float]], results)  # every job's result is in
 
     def _scan_near(self, gray: np.ndarray, box: Box, scales: Sequence[float],
                    second: bool = False) -> tuple[list[Box], float]:

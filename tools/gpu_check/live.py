@@ -2,7 +2,7 @@
 by an area mask, occluders by XSeg) on the runtime under test, paced as a camera delivers.
 
 What it answers: with mouth (area) and occlusion masks, does one face keep the live bench's
-targets (tools/bench_live.py: >= 29.5 fps out, <= 1% of frames dropped, latency p95 within
+targets (tools/live_targets.py: >= 29.5 fps out, <= 1% of frames dropped, latency p95 within
 the processing time plus two frame intervals)? On our 2 CPU cores the neural swap alone
 takes 0.6-1.7 s a face, so this can only be answered on a GPU.
 
@@ -30,11 +30,12 @@ from stream.runtime.slot import Slot
 from stream.sources.open import open_source
 from tools.gpu_check.pipeline import target_frames
 from tools.gpu_check.runtimes import make_runtime, options_for
+from tools.live_targets import SOURCE_FPS, dropped_share, meets_targets, p95_bound_ms, processing_ms
 
 MASKS = "area,occlusion"
 AREAS = "upper-face,lower-face"  # the mouth left out: the target's own mouth is kept
 LIVE_KIND = "gpu-check-live"
-FPS = 30
+FPS = int(SOURCE_FPS)
 
 
 class NullSink:
@@ -101,22 +102,16 @@ def measure_live(folder: Path, kind: str, precision: str, dry_run: bool, size: t
     finally:
         RUNTIMES.pop(LIVE_KIND, None)
     stages = rep["stages"]
-    processing = sum(stages[k]["mean_ms"] for k in ("analyse", "swap", "composite", "encode") if k in stages)
-    bound = processing + 2 * 1000.0 / FPS
-    elapsed = rep["elapsed_s"] or 1.0
-    frames_in = rep["frames_in"]
-    dropped = rep["drops"] / frames_in if frames_in else 0.0
-    p95 = rep["latency"]["p95_ms"]
     return {
         "clip": {"width": size[0], "height": size[1], "frames": n, "fps": FPS},
         "runtime": kind, "precision": precision, "masks": MASKS, "areas": AREAS,
         "models": "synthetic (dry run)" if dry_run else "cost-equivalent (tools/cost_models.py)",
         "engine": rep["engine"], "faces_swapped": rep["faces_swapped"],
         "mask_model_runs": masker.model_runs if masker is not None else None,
-        "fps_in": round(frames_in / elapsed, 1), "fps_out": rep["fps"], "frames_in": frames_in,
-        "drops": rep["drops"], "dropped_share": round(dropped, 4),
-        "latency_ms": rep["latency"], "processing_ms": round(processing, 1), "p95_bound_ms": round(bound, 1),
+        "fps_in": round(rep["frames_in"] / (rep["elapsed_s"] or 1.0), 1), "fps_out": rep["fps"],
+        "frames_in": rep["frames_in"], "drops": rep["drops"], "dropped_share": round(dropped_share(rep), 4),
+        "latency_ms": rep["latency"], "processing_ms": round(processing_ms(rep), 1),
+        "p95_bound_ms": round(p95_bound_ms(rep), 1),
         "stages": {name: {"p50_ms": s["p50_ms"], "p95_ms": s["p95_ms"]} for name, s in stages.items()},
-        # The live bench's targets (tools/bench_live.py), one face.
-        "meets_targets": bool(rep["fps"] >= 29.5 and dropped <= 0.01 and p95 is not None and p95 <= bound),
+        "meets_targets": meets_targets(rep),  # the live bench's (tools/live_targets.py), one face
     }
