@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 
@@ -10,7 +11,7 @@ import pytest
 
 from stream.runtime.metrics import Metrics
 from stream.runtime.ring import Policy, Ring
-from stream.runtime.runner import Runner
+from stream.runtime.runner import STAGED_SWITCH_S, Runner
 from stream.runtime.slot import Slot
 
 H, W = 8, 8
@@ -189,3 +190,56 @@ def test_ctrl_c_waits_for_a_stage_inside_a_long_call_before_closing(staged: bool
         signal.signal(signal.SIGINT, previous)
     assert sink.closed and sink.busy_at_close is False
     assert not [t for t in threading.enumerate() if t.name.startswith("fs-") and t.is_alive()]
+
+
+class IntervalWorker(AddWorker):
+    """Notes the GIL's switch interval each frame sees."""
+
+    def __init__(self, name: str, fail_at: int = -1) -> None:
+        super().__init__(name, 1, fail_at)
+        self.seen: set[float] = set()
+
+    def process(self, item: Slot, out: Slot) -> None:
+        self.seen.add(sys.getswitchinterval())
+        super().process(item, out)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_staged_run_shortens_the_gil_switch_interval_and_gives_it_back(fail: bool) -> None:
+    before = sys.getswitchinterval()
+    worker = IntervalWorker("a", fail_at=20 if fail else -1)
+    runner = _runner(CountingSource(50), [worker], ListSink())
+    if fail:
+        with pytest.raises(ValueError):
+            runner.run(staged=True)
+    else:
+        runner.run(staged=True)
+    assert worker.seen == {STAGED_SWITCH_S}
+    assert sys.getswitchinterval() == before
+    serial = IntervalWorker("b")
+    _runner(CountingSource(10), [serial], ListSink()).run(staged=False)
+    assert serial.seen == {before}
+
+
+def test_side_by_side_staged_runs_keep_the_short_interval_until_the_last_ends() -> None:
+    before = sys.getswitchinterval()
+    gate, started = threading.Event(), threading.Event()
+
+    class Waiting(IntervalWorker):
+        def process(self, item: Slot, out: Slot) -> None:
+            started.set()
+            gate.wait(5.0)
+            super().process(item, out)
+
+    slow = Waiting("slow")
+    first = threading.Thread(target=_runner(CountingSource(5), [slow], ListSink()).run)
+    first.start()
+    assert started.wait(5.0)
+    quick = IntervalWorker("quick")
+    _runner(CountingSource(5), [quick], ListSink()).run(staged=True)  # starts and ends inside the first
+    after_quick = sys.getswitchinterval()
+    gate.set()
+    first.join(10.0)
+    assert quick.seen == slow.seen == {STAGED_SWITCH_S}
+    assert after_quick == STAGED_SWITCH_S  # the first run was still going
+    assert sys.getswitchinterval() == before
