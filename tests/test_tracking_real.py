@@ -317,8 +317,9 @@ def _counted_run(engines, frames, method: str, monkeypatch, **detect):  # type: 
 
 def _refined_run(engines, frames, every: int, monkeypatch):  # type: ignore[no-untyped-def]
     """Each frame's points, the boxes refined and the detections that only confirmed a
-    face, with detect.refine_every `every`."""
-    points, refined, tracker = _counted_run(engines, frames, "refine_boxes", monkeypatch, refine_every=every)
+    face, with detect.refine_every `every` (every detection scanning the whole frame)."""
+    points, refined, tracker = _counted_run(engines, frames, "refine_boxes", monkeypatch,
+                                            refine_every=every, scan_every=1)
     return points, refined, tracker.confirmations
 
 

@@ -86,8 +86,8 @@ class ClassicalOptions:
     # Frames between measurements of a followed face's colour transfer (1: every frame); in
     # between, its last matrix is applied (the skin's light changes over seconds, not
     # frames). The faces of a frame take turns. Measuring is 0.6-0.8 ms a face on the
-    # six-face bench clip, applying 0.1-0.2 ms.
-    color_every: int = 1
+    # six-face bench clip, applying 0.1-0.2 ms. 2 by default (`quality`: 1, `fast`: 4).
+    color_every: int = 2
     # At most how much fine detail the pasted face keeps, against the target face's (the mean
     # absolute Laplacian of the inner face): a sharper swap is softened to it (0: never). A
     # source photo is sharper than most video; pasted as it is, the face stands out from the
