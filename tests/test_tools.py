@@ -46,3 +46,15 @@ def test_bench_live_prints_latency_and_the_target(tmp_path: Path) -> None:
     assert web["webrtc"]["received"] > 0 and web["webrtc"]["round_trip_ms"]["p95"] > 0
     # Beside it, the path's A/V offset: flashes and beeps read back by the client.
     assert "A/V offset (beep - flash" in res.stdout and web["webrtc"]["av_offset"]["flashes"] >= 1
+
+
+def test_bench_gil_prints_each_interval_alone_and_beside_python() -> None:
+    res = subprocess.run([sys.executable, "tools/bench_gil.py", "--frames", "3", "--intervals", "5,0.5"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("switch interval")]
+    assert [ln.split(":")[0] for ln in lines] == ["switch interval 5 ms", "switch interval 0.5 ms"]
+    assert all("alone" in ln and "beside a Python thread" in ln for ln in lines)
+    bad = subprocess.run([sys.executable, "tools/bench_gil.py", "--intervals", "fast"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--intervals" in bad.stderr
