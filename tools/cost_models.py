@@ -121,26 +121,24 @@ def _swapper_inputs(size: int) -> dict[str, list[int]]:
     return {"target": [1, 3, size, size], "source": [1, 512]}
 
 
-ESTIMATES: dict[str, Estimate] = {
-    "det_10g.onnx": Estimate("det_10g.onnx", 13.3, 0.20, {"input.1": [1, 3, 640, 640]},
-                             "SCRFD README 9.98 G(MAC) at 640x480, x4/3 for 640x640"),
-    "w600k_r50.onnx": Estimate("w600k_r50.onnx", 6.3, 0.05, {"input.1": [1, 3, 112, 112]},
-                               "OpenVINO LResNet50E-IR 12.6 GFLOPs; iresnet50 counted"),
-    "inswapper_128.onnx": Estimate("inswapper_128.onnx", 174.6, 0.25, _swapper_inputs(128),
-                                   "ReSwapper's reading of the graph; 138M params ~ 554 MB file"),
-    "inswapper_128_fp16.onnx": Estimate("inswapper_128_fp16.onnx", 174.6, 0.25, _swapper_inputs(128),
-                                        "inswapper_128's, in float16"),
-    "2dfan4.onnx": Estimate("2dfan4.onnx", 25.2, 0.25, {"input": [1, 3, 256, 256]},
-                            "FAN paper / face-alignment code, 4 hourglasses"),
-    "simswap_256.onnx": Estimate("simswap_256.onnx", 62.8, 0.10, _swapper_inputs(256),
-                                 "SimSwap's Generator_Adain_Upsample, 9 blocks, counted"),
-    "simswap_unofficial_512.onnx": Estimate("simswap_unofficial_512.onnx", 133.0, 0.10, _swapper_inputs(512),
-                                            "the same generator at 512 with --Gdeep, counted"),
-    "xseg_1.onnx": Estimate("xseg_1.onnx", 13.8, 0.10, {"input": [1, 256, 256, 3]},
-                            "DeepFaceLab's XSeg, base 32, counted"),
-    "bisenet_resnet_34.onnx": Estimate("bisenet_resnet_34.onnx", 23.0, 0.15, {"input": [1, 3, 512, 512]},
-                                       "ResNet-34 at 512 (19.1) + BiSeNet's heads, counted"),
-}
+ESTIMATES: dict[str, Estimate] = {e.file: e for e in (
+    Estimate("det_10g.onnx", 13.3, 0.20, {"input.1": [1, 3, 640, 640]},
+             "SCRFD README 9.98 G(MAC) at 640x480, x4/3 for 640x640"),
+    Estimate("w600k_r50.onnx", 6.3, 0.05, {"input.1": [1, 3, 112, 112]},
+             "OpenVINO LResNet50E-IR 12.6 GFLOPs; iresnet50 counted"),
+    Estimate("inswapper_128.onnx", 174.6, 0.25, _swapper_inputs(128),
+             "ReSwapper's reading of the graph; 138M params ~ 554 MB file"),
+    Estimate("inswapper_128_fp16.onnx", 174.6, 0.25, _swapper_inputs(128), "inswapper_128's, in float16"),
+    Estimate("2dfan4.onnx", 25.2, 0.25, {"input": [1, 3, 256, 256]},
+             "FAN paper / face-alignment code, 4 hourglasses"),
+    Estimate("simswap_256.onnx", 62.8, 0.10, _swapper_inputs(256),
+             "SimSwap's Generator_Adain_Upsample, 9 blocks, counted"),
+    Estimate("simswap_unofficial_512.onnx", 133.0, 0.10, _swapper_inputs(512),
+             "the same generator at 512 with --Gdeep, counted"),
+    Estimate("xseg_1.onnx", 13.8, 0.10, {"input": [1, 256, 256, 3]}, "DeepFaceLab's XSeg, base 32, counted"),
+    Estimate("bisenet_resnet_34.onnx", 23.0, 0.15, {"input": [1, 3, 512, 512]},
+             "ResNet-34 at 512 (19.1) + BiSeNet's heads, counted"),
+)}
 
 
 # -- graph building -------------------------------------------------------------------------
