@@ -68,6 +68,7 @@ def test_bad_overrides_name_the_field(override: str, needle: str) -> None:
     ("detect.every=2.5", "detect.every must be a whole number, got 2.5"),
     ("track.occlusion=1", "track.occlusion must be true or false, got 1"),
     ("track.landmarks_every=0", "track.landmarks_every must be a whole number from 1 to 8, got 0"),
+    ("track.occlusion_every=9", "track.occlusion_every must be a whole number from 1 to 8, got 9"),
     ("detect.refine_every=0", "detect.refine_every must be a whole number from 1 to 30, got 0"),
     ("detect.scan_every=0", "detect.scan_every must be a whole number from 1 to 8, got 0"),
     ("encode.preset=3", "encode.preset must be text, got 3"),

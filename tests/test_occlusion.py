@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from skimage import data
 
-from engines.classic.occlusion import AppearanceReference
+from engines.classic.occlusion import AppearanceReference, _median_rows
 from engines.classic.swapper import ClassicalOptions, ClassicalSwapper
 from engines.dlib.models import model_path
 from engines.face import Face
@@ -108,3 +108,69 @@ def test_the_swap_leaves_the_bar_in_front(astro) -> None:  # type: ignore[no-unt
     assert changed[1][bar & face_px].mean() < 0.02
     rest = face_px & ~bar
     assert changed[1][rest].mean() > 0.8 * changed[0][rest].mean()
+
+
+def test_the_lighting_shift_median_is_numpys() -> None:
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 450, 451):
+        rows = (rng.standard_normal((n, 3)) * 40).astype(np.float32)
+        rows[: n // 3] = np.round(rows[: n // 3])  # ties, as whole levels give
+        assert np.array_equal(_median_rows(rows), np.median(rows, axis=0)), n
+
+
+def counted(ref: AppearanceReference) -> list[bool]:
+    """Wraps `ref.canonical` (the start of every look) and returns the list each look appends to."""
+    looks: list[bool] = []
+    canonical = ref.canonical
+
+    def look(*args):  # type: ignore[no-untyped-def]
+        looks.append(True)
+        return canonical(*args)
+
+    ref.canonical = look  # type: ignore[method-assign]
+    return looks
+
+
+def test_a_bare_face_is_looked_at_every_other_frame_and_a_barred_one_every_frame(astro) -> None:  # type: ignore[no-untyped-def]
+    ref = AppearanceReference(astro[1], every=2, phase=1)
+    looks = counted(ref)
+    for i in range(12):  # learning: every frame until the reference is trusted, then every other
+        frame, points = moved(astro, 2.0 * np.sin(i), (1.5 * i, 0.5 * i))
+        assert ref.update(frame, points, clean=True) is None
+    assert 8 <= len(looks) <= 9, len(looks)  # 5 to learn, then 7 frames at one in two
+    # A bar comes in while the face is seen clean: found at the next look at the latest, and
+    # from then on looked for on every frame while it stays.
+    frame, points = moved(astro, 1.0, (18.0, 6.0))
+    barred, _ = with_bar(frame, points)
+    found = [ref.update(barred, points, clean=True) is not None for _ in range(2)]
+    assert any(found)
+    start = len(looks)
+    for _ in range(4):
+        assert ref.update(barred, points, clean=True) is not None
+    assert len(looks) - start == 4
+    # A face not seen clean is looked at on every frame too.
+    ref = learned(astro)
+    ref.every = 2
+    looks = counted(ref)
+    for _ in range(4):
+        ref.update(barred, points, clean=False)
+    assert len(looks) == 4
+
+
+def test_frames_passed_over_weigh_in_the_next_learning_step(astro) -> None:  # type: ignore[no-untyped-def]
+    # Two references that learnt the same bare frames; then the light changes. The one that
+    # looks every other frame moves its mean as far in its one look as the other does in two.
+    every = [learned(astro), learned(astro)]
+    every[1].every = 2
+    frame, points = moved(astro, 0.0, (10.0, 4.0))
+    brighter = cv2.convertScaleAbs(frame, alpha=1.1)
+    before = every[0].mean.copy()
+    looked = [0, 0]
+    for k, ref in enumerate(every):
+        looks = counted(ref)
+        for _ in range(2):
+            ref.update(brighter, points, clean=True)
+        looked[k] = len(looks)
+    assert looked == [2, 1]
+    moved_by = [float(np.abs(ref.mean - before).mean()) for ref in every]
+    assert moved_by[1] == pytest.approx(moved_by[0], rel=0.1), moved_by

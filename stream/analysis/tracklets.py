@@ -397,8 +397,7 @@ class Tracker:
         tr.box, tr.box_kept = own, True
         self.boxes_kept += 1
 
-    @staticmethod
-    def _look_for_occluders(tr: Track) -> None:
+    def _look_for_occluders(self, tr: Track) -> None:
         """The face's look for occluders this frame: its remembered appearance (made when it is
         first seen clean) and whether it is clean now (detected, not held or coasting behind
         something: the reference learns from clean frames only). The comparison itself is
@@ -408,7 +407,7 @@ class Tracker:
             if not clean:
                 tr.look = None
                 return
-            tr.appearance = AppearanceReference(tr.landmarks)
+            tr.appearance = AppearanceReference(tr.landmarks, self.track_cfg.occlusion_every, tr.id)
         tr.look = Look(tr.appearance, clean)
 
     def _detect_in_background(self, frame: FrameViews, seq: int, due: bool) -> None:
