@@ -209,24 +209,37 @@ def squeezed_samples(coef: npt.NDArray[np.float64], dst: Points,
     triangle is a crease (less than MIN_SQUEEZED_HEIGHT px high); otherwise as many as keep
     neighbouring samples within SQUEEZE_REACH, rounded up to a power of two, at most
     MAX_SQUEEZE_SAMPLES."""
-    reach = np.linalg.norm(coef[:, 0:2], axis=2)  # |d source / d x|, |d source / d y|
+    linear = coef[:, 0:2]  # |d source / d x|, |d source / d y| (the norm, written out: faster)
+    reach = np.sqrt(linear[..., 0] * linear[..., 0] + linear[..., 1] * linear[..., 1])
     need = 2 ** np.ceil(np.log2(np.maximum(reach / SQUEEZE_REACH, 1.0)) - 1e-6)
     need = np.minimum(need, MAX_SQUEEZE_SAMPLES).astype(np.int32)
     corners = np.asarray(dst, np.float64)[triangles]  # (T, 3, 2)
     e1, e2 = corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]
     double_area = np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
-    longest = np.linalg.norm(corners - np.roll(corners, 1, axis=1), axis=2).max(axis=1)
+    sides = corners - corners[:, (2, 0, 1)]
+    longest = np.sqrt((sides[..., 0] * sides[..., 0] + sides[..., 1] * sides[..., 1]).max(axis=1))
     crease = double_area < MIN_SQUEEZED_HEIGHT * np.maximum(longest, 1e-6)
     squeezing = (reach > SQUEEZE_FROM).any(axis=1)
     need[~squeezing | crease] = 0
     return need, crease & squeezing
 
 
-def _pixels_of(labels: npt.NDArray[np.uint8], flags: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
-    """Where `labels` (each pixel's triangle id + 1) names a triangle whose flag is set."""
-    mine = np.zeros(256, bool)
-    mine[1 : len(flags) + 1] = flags
-    return mine[labels]
+def _pixels_of(labels: npt.NDArray[np.uint8], flags: npt.NDArray[np.bool_]) -> npt.NDArray[np.uint8]:
+    """Where `labels` (each pixel's triangle id + 1) names a triangle whose flag is set: 1
+    there, else 0 (uint8; a table lookup, a sixth of the time of numpy's indexing)."""
+    mine = np.zeros((1, 256), np.uint8)
+    mine[0, 1 : len(flags) + 1] = flags
+    return cv2.LUT(labels, mine)
+
+
+def _nonzero(mask: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """`np.nonzero` of a 2-D uint8 mask (rows, columns; row by row, as numpy orders them)."""
+    found = cv2.findNonZero(mask)
+    if found is None:
+        empty = np.empty(0, np.intp)
+        return empty, empty
+    at = found.reshape(-1, 2)
+    return at[:, 1].astype(np.intp), at[:, 0].astype(np.intp)
 
 
 def fill_creases(patch: ImageBGR, labels: npt.NDArray[np.uint8], folds: npt.NDArray[np.bool_]) -> None:
@@ -235,14 +248,14 @@ def fill_creases(patch: ImageBGR, labels: npt.NDArray[np.uint8], folds: npt.NDAr
     triangles; one with none keeps its value. A crease is a line a pixel or two wide, so its
     neighbours are the surfaces on either side of it."""
     crease = _pixels_of(labels, folds)
-    ys, xs = np.nonzero(crease)
+    ys, xs = _nonzero(crease)
     if ys.size == 0:
         return
     h, w = labels.shape
     y0, y1 = max(int(ys.min()) - 1, 0), min(int(ys.max()) + 2, h)
     x0, x1 = max(int(xs.min()) - 1, 0), min(int(xs.max()) + 2, w)
     box = (slice(y0, y1), slice(x0, x1))
-    weight = ((labels[box] > 0) & ~crease[box]).astype(np.float32)
+    weight = ((labels[box] > 0) & (crease[box] == 0)).astype(np.float32)
     sums = cv2.boxFilter(patch[box].astype(np.float32) * weight[..., None], -1, (3, 3), normalize=False,
                          borderType=cv2.BORDER_CONSTANT)
     counts = cv2.boxFilter(weight, -1, (3, 3), normalize=False, borderType=cv2.BORDER_CONSTANT)
@@ -262,7 +275,7 @@ def resample_squeezed(patch: ImageBGR, labels: npt.NDArray[np.uint8], mesh: Sour
     (`fill_creases`)."""
     need, folds = squeezed_samples(coef, dst, mesh.triangles)
     squeezed = need[:, 0] > 0
-    ys, xs = np.nonzero(_pixels_of(labels, squeezed)) if squeezed.any() else ((), ())
+    ys, xs = _nonzero(_pixels_of(labels, squeezed)) if squeezed.any() else ((), ())
     if len(ys):
         tri = labels[ys, xs].astype(np.intp) - 1
         counts = need[tri]
@@ -320,6 +333,8 @@ def _pixel_means(mesh: SourceMesh, coef: npt.NDArray[np.float64], dst: Points,
         for i in range(0, len(tri), _REMAP_ROWS)])
     weight = inside.astype(np.float32)
     taken = weight.sum(axis=1)
-    sums = np.einsum("nkc,nk->nc", samples.astype(np.float32), weight)
+    # Whole numbers below 2 ** 24 (at most 64 samples of 255): exact in float32 in any order,
+    # so the batched product gives the einsum's sums, faster.
+    sums = np.matmul(weight[:, None, :], samples.astype(np.float32))[:, 0]
     means = np.clip(sums / np.maximum(taken, 1.0)[:, None] + 0.5, 0, 255).astype(np.uint8)
     return means, taken > 0
