@@ -18,14 +18,25 @@ from engines.classic import swapper as classical_swapper
 from engines.classic.blend import (
     LIP_EDGE,
     detail,
+    detail_mix,
     face_pixels,
+    lip_band,
+    lip_shift,
     match_detail,
     match_lips,
     match_shading,
     prepare_masks,
+    shift_lips,
+    soften_by,
     transfer_color,
 )
-from engines.classic.piecewise_affine import forward_warp, prepare_affines, prepare_triangulation
+from engines.classic.piecewise_affine import (
+    _nonzero,
+    _pixels_of,
+    forward_warp,
+    prepare_affines,
+    prepare_triangulation,
+)
 from engines.classic.swapper import (
     LEVEL_MARGIN,
     ClassicalOptions,
@@ -681,6 +692,26 @@ def test_shading_takes_the_targets_light_and_keeps_the_patchs_detail(astro, weig
     assert np.abs(offsets - offsets.mean(axis=1, keepdims=True)).max() <= 1
 
 
+def test_shading_is_the_difference_of_the_two_lumas_normalised_blurs(astro):
+    # By definition: each luma blurred over the mask and divided by the mask's own blur, the
+    # target's minus the patch's. The code blurs their difference once (the blur is linear):
+    # the same picture to within a level of rounding.
+    patch, mask = _face_patch(astro)
+    target = _side_light(patch, -60.0, 30.0)
+    inside = (mask > 0).astype(np.float32)
+    norm = np.maximum(cv2.GaussianBlur(inside, (0, 0), 8.0), 1e-3)
+
+    def lowpass(image):  # noqa: ANN001, ANN202
+        luma = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY).astype(np.float32)
+        return cv2.GaussianBlur(luma * inside, (0, 0), 8.0) / norm
+
+    offset = 0.5 * (lowpass(target) - lowpass(patch))
+    expected = np.clip(patch.astype(np.float32) + offset[..., None], 0, 255) + 0.5
+    shaded = match_shading(patch, target, mask, sigma=8.0, weight=0.5)
+    assert np.abs(shaded.astype(int) - expected.astype(np.uint8).astype(int)).max() <= 1
+    assert not np.array_equal(shaded, patch)
+
+
 def test_shading_off_or_without_pixels_keeps_the_patch(astro):
     patch, mask = _face_patch(astro)
     target = _side_light(patch, -60.0, 30.0)
@@ -1047,3 +1078,71 @@ def test_a_followed_faces_colour_transfer_is_measured_every_n_frames(astro, sour
     assert len(measured) == 7 and all(np.array_equal(a, b) for a, b in zip(no_track, each))
     with pytest.raises(ValueError, match="swap.color_every must be a whole number from 1 to 30, got 0"):
         ClassicalOptions(color_every=0)
+
+
+def test_a_followed_faces_lips_and_softening_are_measured_with_its_colour(astro, source, monkeypatch):
+    # The lips' colour shift and the softening (detail) are colour statistics too: with
+    # swap.color_every 2 a followed face's are measured on the frames its colour transfer is,
+    # and the last ones applied between. At 1 the paste is match_lips and match_detail as they are.
+    frames = [move(astro, similarity(angle=2.0 * k, shift=(3.0 * k, 0.0)), size=(640, 480)) for k in range(6)]
+    calls: dict[str, list[int]] = {"color": [], "lips": [], "detail": []}
+    now = [0]  # the frame being pasted
+    for name, key in (("color_matrix", "color"), ("lip_shift", "lips"), ("detail_mix", "detail")):
+        real = getattr(classical_swapper, name)
+
+        def counting(*args, _real=real, _key=key):  # noqa: ANN002, ANN202
+            calls[_key].append(now[0])
+            return _real(*args)
+
+        monkeypatch.setattr(classical_swapper, name, counting)
+
+    def run(every: int, memo: dict | None) -> list[np.ndarray]:
+        swapper = ClassicalSwapper(ClassicalOptions(color_every=every, lip_color=True, detail=1.0))
+        out = []
+        for k, (frame, points) in enumerate(frames):
+            now[0] = k
+            face = Face(box=face_of(points).box, landmarks=points, track_id=3, memo=memo)
+            pasted = frame.copy()
+            swapper.paste(pasted, face, swapper.forward(frame, face, source))
+            out.append(pasted)
+        return out
+
+    every = run(2, {})
+    assert calls["color"] == [0, 1, 3, 5]  # its first frame, then every other (counted from 3 % 2 = 1)
+    assert calls["lips"] == calls["color"] and calls["detail"] == calls["color"]
+    for key in calls:
+        calls[key].clear()
+    each = run(1, {})
+    assert len(calls["lips"]) == len(calls["detail"]) == 6
+    for k in range(6):  # the measured frames as at 1; frames 2 and 4 apply frames 1 and 3's
+        assert np.array_equal(every[k], each[k]) == (k not in (2, 4)), k
+    # At 1, the paste's lips and softening are match_lips' and match_detail's.
+    frame, points = frames[0]
+    lips = lip_band(points, frame.shape)
+    assert lips is not None
+    patch = cv2.GaussianBlur(frame, (0, 0), 0.5)
+    alpha = np.full(frame.shape[:2], 255, np.uint8)
+    assert np.array_equal(match_lips(patch, frame, points, alpha),
+                          shift_lips(patch, lips, lip_shift(patch, frame, lips, alpha)))
+    mask = np.zeros(frame.shape[:2], np.uint8)
+    cv2.fillConvexPoly(mask, cv2.convexHull(points.astype(np.int32)), 255)
+    sharp = cv2.addWeighted(frame, 2.0, patch, -1.0, 0.0)
+    assert detail_mix(sharp, patch, mask) is not None
+    assert np.array_equal(match_detail(sharp, patch, mask), soften_by(sharp, detail_mix(sharp, patch, mask)))
+
+
+
+def test_the_pixels_of_flagged_triangles_in_numpys_order():
+    # The squeezed sampling finds its pixels with a table lookup and OpenCV's search: the
+    # same pixels, in the order numpy's boolean indexing gives them (row by row).
+    rng = np.random.default_rng(5)
+    labels = cv2.resize(rng.integers(0, 120, (9, 7)).astype(np.uint8), (70, 90), interpolation=cv2.INTER_NEAREST)
+    flags = rng.random(119) < 0.2
+    mine = np.zeros(256, bool)
+    mine[1:120] = flags
+    ys, xs = _nonzero(_pixels_of(labels, flags))
+    want_y, want_x = np.nonzero(mine[labels])
+    assert len(ys) > 0 and np.array_equal(ys, want_y) and np.array_equal(xs, want_x)
+    assert ys.dtype == np.intp
+    none_y, none_x = _nonzero(_pixels_of(labels, np.zeros(119, bool)))
+    assert none_y.size == 0 and none_x.size == 0

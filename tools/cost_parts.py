@@ -54,9 +54,15 @@ PARTS = [
     ("composite", "  colour transfer", [("engines.classic.blend", "color_matrix"),
                                         ("engines.classic.blend", "transfer_color")]),
     ("composite", "    its matrix applied", [("engines.classic.blend", "apply_color")]),
-    ("composite", "  lip colour", [("engines.classic.blend", "match_lips")]),
+    # Lip colour and detail are measured at swap.color_every (older trees: every frame, with
+    # the measurement and its application in one function).
+    ("composite", "  lip colour: measured", [("engines.classic.blend", "lip_shift"),
+                                             ("engines.classic.blend", "match_lips")]),
+    ("composite", "    its shift applied", [("engines.classic.blend", "shift_lips")]),
     ("composite", "  shading", [("engines.classic.blend", "match_shading")]),
-    ("composite", "  detail", [("engines.classic.blend", "match_detail")]),
+    ("composite", "  detail: measured", [("engines.classic.blend", "detail_mix"),
+                                         ("engines.classic.blend", "match_detail")]),
+    ("composite", "    its softening applied", [("engines.classic.blend", "soften_by")]),
     ("composite", "  feather blend", [("engines.classic.blend", "blend_feather")]),
 ]
 

@@ -242,6 +242,80 @@ _MIN_LIP_PIXELS = 8
 _LIP_REDNESS_SLACK = 2.0  # Cr levels the lips may read under the skin and still count as lips
 
 
+@dataclass(frozen=True, eq=False)
+class LipBand:
+    """Where a face's lips are in its region: the box (x0, y0, x1, y1) around them, the band
+    between the outer and inner lip lines (0/255) and the inside of the inner line, in that
+    box, and the soft edge's sigma."""
+
+    box: tuple[int, int, int, int]
+    band: Mask
+    inner: Mask
+    sigma: float
+
+
+def lip_band(landmarks: Landmarks68, shape: tuple[int, ...]) -> LipBand | None:
+    """The lips of a face with `landmarks` in a region of `shape`; None where they leave no
+    room."""
+    lm = np.asarray(landmarks, np.float32)[:68]
+    h, w = shape[:2]
+    size = face_size(lm)
+    sigma = max(LIP_EDGE * size, 0.5)
+    reach = int(math.ceil(3 * sigma)) + 1
+    x0, y0 = np.floor(lm[OUTER_LIPS].min(axis=0)).astype(int) - reach
+    x1, y1 = np.ceil(lm[OUTER_LIPS].max(axis=0)).astype(int) + reach + 1
+    x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
+    if x1 - x0 < 2 or y1 - y0 < 2:
+        return None
+    origin = np.array([x0, y0], np.float32)
+    band = np.zeros((y1 - y0, x1 - x0), np.uint8)
+    cv2.fillPoly(band, [np.round((lm[OUTER_LIPS] - origin) * _ONE).astype(np.int32)], 255, shift=_SHIFT)
+    inner = np.zeros_like(band)
+    cv2.fillPoly(inner, [np.round((lm[INNER_LIPS] - origin) * _ONE).astype(np.int32)], 255, shift=_SHIFT)
+    return LipBand((int(x0), int(y0), int(x1), int(y1)), cv2.subtract(band, inner), inner, float(sigma))
+
+
+def _median_chroma(image: ImageBGR, on: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
+    """The median Cr and Cb of `image`'s pixels where `on`."""
+    return np.median(cv2.cvtColor(image, cv2.COLOR_BGR2YCrCb)[on][:, 1:], axis=0)
+
+
+def lip_shift(patch: ImageBGR, target: ImageBGR, lips: LipBand, alpha: Mask,
+              skin: Mask | None = None) -> npt.NDArray[np.float64] | None:
+    """The BGR change `match_lips` adds on the lips (`lips`, from `lip_band`), or None where it
+    leaves the patch as it is."""
+    x0, y0, x1, y1 = lips.box
+    pasted = cv2.bitwise_and(lips.band, cv2.compare(alpha[y0:y1, x0:x1], 127, cv2.CMP_GT))
+    if cv2.countNonZero(pasted) < _MIN_LIP_PIXELS:
+        return None
+    on = pasted > 0
+    chroma_t = _median_chroma(target[y0:y1, x0:x1], on)
+    if skin is not None and cv2.countNonZero(skin) >= _MIN_STAT_PIXELS:
+        skin_cr = (_YCC[1] @ np.array(cv2.mean(target, mask=skin)[:3])) + _YCC_OFFSET[1]
+        if chroma_t[0] < skin_cr - _LIP_REDNESS_SLACK:
+            return None
+    chroma_p = _median_chroma(patch[y0:y1, x0:x1], on)
+    shift = _YCC_INV @ np.r_[0.0, chroma_t - chroma_p]  # BGR change with the luma unchanged
+    if np.abs(shift).max() < 0.5:
+        return None
+    return shift
+
+
+def shift_lips(patch: ImageBGR, lips: LipBand, shift: npt.NDArray[np.float64] | None) -> ImageBGR:
+    """`patch` with `shift` (BGR, from `lip_shift`) added on the lips, fading past them; the
+    patch itself for None."""
+    if shift is None:
+        return patch
+    x0, y0, x1, y1 = lips.box
+    full = lips.band.astype(np.float32) * (1.0 / 255.0)
+    weight = cv2.max(cv2.GaussianBlur(full, (0, 0), lips.sigma), full)  # whole on the lips, fading past them
+    weight[lips.inner > 0] = 0.0
+    delta = cv2.merge([weight * float(v) for v in shift])
+    out = patch.copy()
+    out[y0:y1, x0:x1] = cv2.add(patch[y0:y1, x0:x1], delta, dtype=cv2.CV_8U)  # rounded, saturated
+    return out
+
+
 def match_lips(patch: ImageBGR, target: ImageBGR, landmarks: Landmarks68, alpha: Mask,
                skin: Mask | None = None) -> ImageBGR:
     """`patch` with its lips' chroma (Cr, Cb) moved by the difference of the median chroma of
@@ -263,51 +337,10 @@ def match_lips(patch: ImageBGR, target: ImageBGR, landmarks: Landmarks68, alpha:
     outside the lips. Returns a new image; the patch itself when the lips have too few
     pixels or already match.
     """
-    lm = np.asarray(landmarks, np.float32)[:68]
-    h, w = patch.shape[:2]
-    size = face_size(lm)
-    sigma = max(LIP_EDGE * size, 0.5)
-    reach = int(math.ceil(3 * sigma)) + 1
-    x0, y0 = np.floor(lm[OUTER_LIPS].min(axis=0)).astype(int) - reach
-    x1, y1 = np.ceil(lm[OUTER_LIPS].max(axis=0)).astype(int) + reach + 1
-    x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
-    if x1 - x0 < 2 or y1 - y0 < 2:
+    lips = lip_band(landmarks, patch.shape)
+    if lips is None:
         return patch
-    origin = np.array([x0, y0], np.float32)
-    band = np.zeros((y1 - y0, x1 - x0), np.uint8)
-    cv2.fillPoly(band, [np.round((lm[OUTER_LIPS] - origin) * _ONE).astype(np.int32)], 255, shift=_SHIFT)
-    inner = np.zeros_like(band)
-    cv2.fillPoly(inner, [np.round((lm[INNER_LIPS] - origin) * _ONE).astype(np.int32)], 255, shift=_SHIFT)
-    band = cv2.subtract(band, inner)
-    pasted = cv2.bitwise_and(band, cv2.compare(alpha[y0:y1, x0:x1], 127, cv2.CMP_GT))
-    if cv2.countNonZero(pasted) < _MIN_LIP_PIXELS:
-        return patch
-    on = pasted > 0
-    chroma_t = np.median(cv2.cvtColor(target[y0:y1, x0:x1], cv2.COLOR_BGR2YCrCb)[on][:, 1:], axis=0)
-    if skin is not None and cv2.countNonZero(skin) >= _MIN_STAT_PIXELS:
-        skin_cr = (_YCC[1] @ np.array(cv2.mean(target, mask=skin)[:3])) + _YCC_OFFSET[1]
-        if chroma_t[0] < skin_cr - _LIP_REDNESS_SLACK:
-            return patch
-    chroma_p = np.median(cv2.cvtColor(patch[y0:y1, x0:x1], cv2.COLOR_BGR2YCrCb)[on][:, 1:], axis=0)
-    shift = _YCC_INV @ np.r_[0.0, chroma_t - chroma_p]  # BGR change with the luma unchanged
-    if np.abs(shift).max() < 0.5:
-        return patch
-    full = band.astype(np.float32) * (1.0 / 255.0)
-    weight = cv2.max(cv2.GaussianBlur(full, (0, 0), sigma), full)  # whole on the lips, fading past them
-    weight[inner > 0] = 0.0
-    delta = cv2.merge([weight * float(v) for v in shift])
-    out = patch.copy()
-    out[y0:y1, x0:x1] = cv2.add(patch[y0:y1, x0:x1], delta, dtype=cv2.CV_8U)  # rounded, saturated
-    return out
-
-
-def _masked_lowpass(luma: npt.NDArray[np.float32], weight: npt.NDArray[np.float32],
-                    blurred_weight: npt.NDArray[np.float32], sigma: float) -> npt.NDArray[np.float32]:
-    """The luma's Gaussian blur over the mask only (normalised convolution): pixels outside the
-    mask (the wall, the hair) pull nothing. Just outside the mask (the blend's soft edge) the
-    value is a mean of the mask's nearby pixels; far from it, it fades to 0 (never blended)."""
-    num = cv2.GaussianBlur(luma * weight, (0, 0), sigma)
-    return num / np.maximum(blurred_weight, 1e-3)
+    return shift_lips(patch, lips, lip_shift(patch, target, lips, alpha, skin))
 
 
 def match_shading(patch: ImageBGR, target: ImageBGR, mask: Mask, sigma: float,
@@ -321,16 +354,21 @@ def match_shading(patch: ImageBGR, target: ImageBGR, mask: Mask, sigma: float,
     pale, and dlib's points on it move (the shading is also where a turned face's outline
     is read). The same luma offset is added to B, G and R, so hues stay. Returns a new image;
     the patch itself when `weight` is 0 or the mask has too few pixels.
+
+    The blurs are over the mask only (normalised convolution): pixels outside it (the wall,
+    the hair) pull nothing; just outside it (the blend's soft edge) the offset is a mean of
+    the mask's nearby pixels. The two lumas' blurs are one blur of their difference (the blur
+    is linear: the same offsets to within float rounding, one Gaussian blur fewer).
     """
     if weight <= 0 or sigma <= 0 or cv2.countNonZero(mask) < _MIN_STAT_PIXELS:
         return patch
     inside = (mask > 0).astype(np.float32)
     blurred = cv2.GaussianBlur(inside, (0, 0), sigma)
-    luma_p = cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY).astype(np.float32)
-    luma_t = cv2.cvtColor(target, cv2.COLOR_BGR2GRAY).astype(np.float32)
-    offset = _masked_lowpass(luma_t, inside, blurred, sigma)
-    offset -= _masked_lowpass(luma_p, inside, blurred, sigma)
-    offset *= weight
+    diff = cv2.cvtColor(target, cv2.COLOR_BGR2GRAY).astype(np.float32)
+    diff -= cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY)
+    diff *= inside
+    offset = cv2.GaussianBlur(diff, (0, 0), sigma)
+    offset *= weight / np.maximum(blurred, 1e-3)
     out = patch.astype(np.float32)
     out += offset[..., None]
     np.clip(out, 0.0, 255.0, out=out)
@@ -357,6 +395,35 @@ def detail(image: ImageBGR, mask: Mask) -> float:
     return _luma_detail(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY), mask)
 
 
+def detail_mix(patch: ImageBGR, target: ImageBGR, mask: Mask, ratio: float = 1.0
+               ) -> tuple[float, float, float] | None:
+    """The softening `match_detail` gives `patch`: (sharp sigma, soft sigma, the soft one's
+    weight), or None for none."""
+    if ratio <= 0 or cv2.countNonZero(mask) < _MIN_STAT_PIXELS:
+        return None
+    goal = detail(target, mask) * ratio
+    luma = cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY)
+    sharp_sigma, sharp_detail = 0.0, _luma_detail(luma, mask)
+    if sharp_detail <= goal:
+        return None
+    for sigma in _DETAIL_SIGMAS:
+        soft_detail = _luma_detail(_soften(luma, sigma), mask)
+        if soft_detail <= goal or sigma == _DETAIL_SIGMAS[-1]:
+            break
+        sharp_sigma, sharp_detail = sigma, soft_detail
+    weight = min((sharp_detail - goal) / max(sharp_detail - soft_detail, 1e-6), 1.0)
+    return sharp_sigma, sigma, weight
+
+
+def soften_by(patch: ImageBGR, mix: tuple[float, float, float] | None) -> ImageBGR:
+    """`patch` softened by `mix` (from `detail_mix`); the patch itself for None."""
+    if mix is None:
+        return patch
+    sharp_sigma, sigma, weight = mix
+    sharp = patch if sharp_sigma == 0 else _soften(patch, sharp_sigma)
+    return cv2.addWeighted(sharp, 1.0 - weight, _soften(patch, sigma), weight, 0.0)
+
+
 def match_detail(patch: ImageBGR, target: ImageBGR, mask: Mask, ratio: float = 1.0) -> ImageBGR:
     """Soften `patch` until its fine detail inside `mask` is at most `ratio` times the target's.
 
@@ -369,21 +436,7 @@ def match_detail(patch: ImageBGR, target: ImageBGR, mask: Mask, ratio: float = 1
     chosen ones are applied to the colour patch. A patch no sharper than the target, or a
     mask with too few pixels, is returned as it is (never sharpened).
     """
-    if ratio <= 0 or cv2.countNonZero(mask) < _MIN_STAT_PIXELS:
-        return patch
-    goal = detail(target, mask) * ratio
-    luma = cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY)
-    sharp_sigma, sharp_detail = 0.0, _luma_detail(luma, mask)
-    if sharp_detail <= goal:
-        return patch
-    for sigma in _DETAIL_SIGMAS:
-        soft_detail = _luma_detail(_soften(luma, sigma), mask)
-        if soft_detail <= goal or sigma == _DETAIL_SIGMAS[-1]:
-            break
-        sharp_sigma, sharp_detail = sigma, soft_detail
-    weight = min((sharp_detail - goal) / max(sharp_detail - soft_detail, 1e-6), 1.0)
-    sharp = patch if sharp_sigma == 0 else _soften(patch, sharp_sigma)
-    return cv2.addWeighted(sharp, 1.0 - weight, _soften(patch, sigma), weight, 0.0)
+    return soften_by(patch, detail_mix(patch, target, mask, ratio))
 
 
 def blend_feather(roi: ImageBGR, patch: ImageBGR, alpha: Mask) -> None:

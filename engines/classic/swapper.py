@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import cv2
 import numpy as np
@@ -22,10 +23,13 @@ from engines.classic.blend import (
     blend_feather,
     blend_poisson,
     color_matrix,
-    match_detail,
-    match_lips,
+    detail_mix,
+    lip_band,
+    lip_shift,
     match_shading,
     prepare_masks,
+    shift_lips,
+    soften_by,
 )
 from engines.classic.occlusion import cut_occlusion
 from engines.classic.piecewise_affine import (
@@ -43,6 +47,7 @@ from engines.geometry.measures import face_size, face_turn, mouth_open_ratio
 from engines.protocols import BatchSpec
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SOURCE_MARGIN = 0.25  # crop margin around the source landmarks, as a fraction of face size
 REGION_MARGIN = 0.04  # target region margin, as a fraction of face size (plus 2 px)
@@ -83,10 +88,12 @@ class ClassicalOptions:
     # left the cheeks, jaw line and brows half the target's (dlib distance 0.61 -> 0.57).
     feather: float = 0.06
     color_transfer: bool = True  # match the source's colours to the target's skin
-    # Frames between measurements of a followed face's colour transfer (1: every frame); in
-    # between, its last matrix is applied (the skin's light changes over seconds, not
-    # frames). The faces of a frame take turns. Measuring is 0.6-0.8 ms a face on the
-    # six-face bench clip, applying 0.1-0.2 ms. 2 by default (`quality`: 1, `fast`: 4).
+    # Frames between measurements of a followed face's colour statistics (1: every frame): its
+    # colour transfer, its lips' colour shift and its softening (detail). In between, the
+    # last ones measured are applied (the skin's light changes over seconds, not frames).
+    # The faces of a frame take turns. Measuring the colour transfer is 0.6-0.8 ms a face on
+    # the six-face bench clip, applying it 0.1-0.2 ms; the lips' medians 0.15 ms, the
+    # softening's 0.1 ms. 2 by default (`quality`: 1, `fast`: 4).
     color_every: int = 2
     # At most how much fine detail the pasted face keeps, against the target face's (the mean
     # absolute Laplacian of the inner face): a sharper swap is softened to it (0: never). A
@@ -538,18 +545,19 @@ class ClassicalSwapper:
         """The warps are the results: blending is `paste`'s."""
         return list(swapped)
 
-    def _color(self, face: Face, patch: ImageBGR, roi: ImageBGR, core: np.ndarray) -> np.ndarray | None:
-        """The face's colour transfer matrix: measured, or on a followed face between its
-        measurements (swap.color_every) the one last measured, kept in its track's memo."""
+    def _measured(self, face: Face, key: str, measure: Callable[[], T]) -> T:
+        """`measure()`, or on a followed face between its measurements (swap.color_every) what
+        it last gave, kept in its track's memo under `key`: the face's colour statistics
+        (its colour transfer matrix, its lips' shift, its softening) change slowly."""
         every, memo = self.config.color_every, face.memo
         if every <= 1 or memo is None:
-            return color_matrix(patch, roi, core)
+            return measure()
         # Counted from the track's id, so the faces of a frame take turns.
-        n = memo.get("color_n", face.track_id % every)
-        memo["color_n"] = n + 1
-        if n % every == 0 or "color" not in memo:
-            memo["color"] = color_matrix(patch, roi, core)
-        return memo["color"]
+        n = memo.get(key + "_n", face.track_id % every)
+        memo[key + "_n"] = n + 1
+        if n % every == 0 or key not in memo:
+            memo[key] = measure()
+        return memo[key]
 
     def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
         """The composite stage: mask, colour transfer, blend, in place in `result.region` only."""
@@ -572,17 +580,22 @@ class ClassicalSwapper:
         patch = result.patch
         skip = face.skip
         if cfg.color_transfer:
-            matrix = self._color(face, patch, roi, masks.core)
+            matrix = self._measured(face, "color", lambda: color_matrix(patch, roi, masks.core))
             if matrix is not None:
                 patch = apply_color(patch, matrix)
-            if cfg.lip_color and "lip_color" not in skip:
-                patch = match_lips(patch, roi, lm[:68], masks.alpha, masks.core)
+            lips = lip_band(lm[:68], patch.shape) if cfg.lip_color and "lip_color" not in skip else None
+            if lips is not None:
+                coloured = patch
+                shift = self._measured(face, "lips", lambda: lip_shift(coloured, roi, lips, masks.alpha, masks.core))
+                patch = shift_lips(patch, lips, shift)
         if "shading" not in skip:
             # A face turned less than SHADING_FROM gets weight 0: match_shading leaves it as it is.
             shading = cfg.shading * max(face_turn(lm[:68]) - SHADING_FROM, 0.0) / (1.0 - SHADING_FROM)
             patch = match_shading(patch, roi, masks.core, SHADING_SCALE * size, shading)
-        if "detail" not in skip:
-            patch = match_detail(patch, roi, masks.core, cfg.detail)
+        if "detail" not in skip and cfg.detail > 0:
+            softened = patch
+            patch = soften_by(patch, self._measured(
+                face, "detail", lambda: detail_mix(softened, roi, masks.core, cfg.detail)))
         if cfg.blend == "poisson":
             blend_poisson(roi, patch, masks)
         else:
