@@ -185,9 +185,10 @@ class EncodeConfig:
     # x265's QP: 6 steps halve the step size), for faces up to 64 px wide, fading to none at
     # 112 px (stream/media/face_roi.py): at crf 20 a 40 px face's eyes and mouth are
     # flattened by the encoder. 0: off. Not with the ultrafast preset (no adaptive quantiser).
-    # 4 rather than 2.5: the small clip's distance 0.601 -> 0.595 for files 16% larger (6:
-    # 0.591, 48% larger).
-    face_qp: float = 4.0
+    # 8 rather than 5: the small clip's distance 0.601 -> 0.595 for files 16% larger (12:
+    # 0.591, 48% larger). (Those runs asked for 2.5, 4 and 6 steps on a scale off by 2.04x:
+    # FFmpeg's encoders multiply a region's qoffset by 51, not 25. stream/media/face_roi.py.)
+    face_qp: float = 8.0
 
     def __post_init__(self) -> None:
         _check(0 <= self.crf <= 51, f"encode.crf must be in [0, 51], got {self.crf}")

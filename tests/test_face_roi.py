@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from stream.config import ConfigError, EncodeConfig, load_config
-from stream.media.face_roi import LARGE_FACE, QP_SCALE, SMALL_FACE, face_offset, face_regions, uses_regions
+from stream.media.face_roi import (
+    LARGE_FACE,
+    QP_SCALE,
+    SMALL_FACE,
+    face_offset,
+    face_regions,
+    uses_regions,
+    with_regions,
+)
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Pasted, Slot
 from stream.sinks.file import FileSink
@@ -31,7 +39,7 @@ def test_small_faces_get_the_whole_offset_large_ones_none():
 def test_regions_cover_the_face_and_forehead_inside_the_picture():
     [(x, y, w, h, q)] = face_regions([FACE], 2.5, W, H)
     assert x < 40 and y < 60 - 0.3 * 56 and x + w > 88 and y + h > 116
-    assert q == pytest.approx(-2.5 / 25)
+    assert q == pytest.approx(-2.5 / QP_SCALE)
     [(x, y, w, h, _)] = face_regions([(-10.0, -8.0, 30.0, 40.0)], 2.5, W, H)  # off the corner
     assert (x, y) == (0, 0) and w > 0 and h > 0
     assert face_regions([(0.0, 0.0, 200.0, 180.0)], 2.5, W, H) == []  # a large face: nothing
@@ -88,7 +96,7 @@ def _error(path: Path, written: list[np.ndarray], area: tuple[slice, slice]) -> 
 def test_the_faces_are_encoded_finer_and_the_rest_as_before(tmp_path):
     plain, finer = tmp_path / "plain.mp4", tmp_path / "finer.mp4"
     written = _write(plain, 0.0, (FACE,))
-    assert np.array_equal(np.stack(written), np.stack(_write(finer, 6.0, (FACE,))))
+    assert np.array_equal(np.stack(written), np.stack(_write(finer, 12.0, (FACE,))))
     assert _error(finer, written, FACE_AREA) < 0.85 * _error(plain, written, FACE_AREA)
     assert _error(finer, written, ELSEWHERE) == pytest.approx(_error(plain, written, ELSEWHERE), rel=0.1)
     assert finer.stat().st_size > plain.stat().st_size
@@ -127,11 +135,39 @@ def test_only_frames_with_small_faces_pasted_carry_regions(tmp_path):
     [(top, bottom, left, right, q)] = given[0]
     # A face this small gets the whole default offset, as the region's qoffset (-1..1).
     assert top < 60 and bottom > 116 and left < 40 and right > 88
-    assert q == pytest.approx(-EncodeConfig().face_qp / QP_SCALE)
+    assert q == pytest.approx(-EncodeConfig().face_qp / QP_SCALE, abs=1e-4)  # 4 decimals, as addroi reads it
     assert [len(g) for g in given[1:]] == [0, 0, 0, 1]
     assert np.array_equal(given[4], given[0])
     # ultrafast has no adaptive quantiser to apply them: none are made
     assert [len(g) for g in _regions_given(tmp_path, [Pasted((FACE,))], preset="ultrafast")] == [0]
+
+
+def test_a_step_is_one_of_the_encoders_quantiser_steps(tmp_path):
+    # A region over the whole picture, k steps finer, spends the bits of a crf k lower (the
+    # scale FFmpeg's libx264 applies to a region's qoffset: 51 at 8 bits; at 25 the file
+    # came out like crf 30 - 2k).
+    whole = [(0, 0, W, H, -4.0 / QP_SCALE)]
+    info = VideoInfo(W, H, Fraction(30), Fraction(1, 30), 12, 0.4)
+    sizes = {}
+    for name, crf, regions in (("plain26", 26, None), ("finer30", 30, whole), ("plain22", 22, None)):
+        path = tmp_path / f"{name}.mp4"
+        sink = FileSink(path, info, EncodeConfig(crf=crf, face_qp=0.0, threads=1))
+        sink.open()
+        slot = Slot(0, {"image": np.zeros((H, W, 3), np.uint8)})
+        if regions:
+            make = sink._to_frame
+            sink._to_frame = lambda image, slot, make=make, regions=regions: with_regions(
+                make(image, slot), regions, Fraction(1, 30))
+        try:
+            for i in range(12):
+                slot.image[:] = _textured(i)
+                slot.pts, slot.time_base = i, Fraction(1, 30)
+                sink.write(slot)
+        finally:
+            sink.close()
+        sizes[name] = path.stat().st_size
+    assert sizes["finer30"] == pytest.approx(sizes["plain26"], rel=0.15), sizes
+    assert sizes["finer30"] < 0.8 * sizes["plain22"], sizes
 
 
 class _Swapper:
@@ -163,7 +199,6 @@ def test_a_full_range_bt709_frame_keeps_its_tags_and_the_filter_sees_no_change()
     import av.logging
 
     from stream.media.convert import YuvFramer
-    from stream.media.face_roi import with_regions
 
     frame = YuvFramer(64, 48, "bt709", True)(np.zeros((48, 64, 3), np.uint8))
     level = av.logging.get_level()

@@ -11,7 +11,10 @@ the picture stays as the crf has it.
 A face is given `face_qp` steps (x264's QP scale: 6 steps halve the quantiser's step) at
 SMALL_FACE px wide and under, fading to none at LARGE_FACE: at about 100 px and more the
 encoder's loss does not move the identity distance (0.532 -> 0.532, 0.573 -> 0.572 on two
-of the suite's clips at 2.5 steps), and the file would grow for nothing.
+of the suite's clips at 5 steps), and the file would grow for nothing.
+
+A region's qoffset (-1..1) is a share of the encoder's QP range: FFmpeg's libx264 and
+libx265 multiply it by 51 at 8 bits (51 + 6 for each bit more), so -8/51 is 8 steps.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ log = logging.getLogger(__name__)
 
 SMALL_FACE = 64.0  # px: a face this wide or narrower gets the whole offset
 LARGE_FACE = 112.0  # px: from this width, none
-QP_SCALE = 25.0  # FFmpeg's libx264/libx265: a region's qoffset (-1..1) times 25 QP steps
+QP_SCALE = 51.0  # FFmpeg's libx264/libx265 at 8 bits: a region's qoffset (-1..1) times 51 QP steps
 # The region around a face's box (its width and height): the swap reaches up the forehead.
 MARGIN_SIDE, MARGIN_TOP, MARGIN_BOTTOM = 0.15, 0.35, 0.1
 ROI_CODECS = {"libx264", "libx265"}
