@@ -694,8 +694,9 @@ def test_shading_takes_the_targets_light_and_keeps_the_patchs_detail(astro, weig
 
 def test_shading_is_the_difference_of_the_two_lumas_normalised_blurs(astro):
     # By definition: each luma blurred over the mask and divided by the mask's own blur, the
-    # target's minus the patch's. The code blurs their difference once (the blur is linear):
-    # the same picture to within a level of rounding.
+    # target's minus the patch's. The code blurs their difference once (the blur is linear),
+    # at half size for a sigma this large: the same picture to within a level or two on the
+    # mask and as far past it as a blend's soft edge reaches.
     patch, mask = _face_patch(astro)
     target = _side_light(patch, -60.0, 30.0)
     inside = (mask > 0).astype(np.float32)
@@ -708,7 +709,9 @@ def test_shading_is_the_difference_of_the_two_lumas_normalised_blurs(astro):
     offset = 0.5 * (lowpass(target) - lowpass(patch))
     expected = np.clip(patch.astype(np.float32) + offset[..., None], 0, 255) + 0.5
     shaded = match_shading(patch, target, mask, sigma=8.0, weight=0.5)
-    assert np.abs(shaded.astype(int) - expected.astype(np.uint8).astype(int)).max() <= 1
+    off = np.abs(shaded.astype(int) - expected.astype(np.uint8).astype(int)).max(axis=2)
+    near = cv2.dilate(mask, np.ones((17, 17), np.uint8)) > 0  # the mask and 8 px (a sigma) past it
+    assert off[near].max() <= 2 and off[near].mean() < 0.2, (off[near].max(), off[near].mean())
     assert not np.array_equal(shaded, patch)
 
 
