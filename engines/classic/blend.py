@@ -374,15 +374,14 @@ def match_shading(patch: ImageBGR, target: ImageBGR, mask: Mask, sigma: float,
     diff -= cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY)
     diff *= inside
     h, w = mask.shape[:2]
-    if sigma >= _HALF_FROM:
+    k = 2 if sigma >= _HALF_FROM else 1
+    if k > 1:
         half = ((w + 1) // 2, (h + 1) // 2)
-        small_w = cv2.resize(inside, half, interpolation=cv2.INTER_AREA)
-        small = cv2.GaussianBlur(cv2.resize(diff, half, interpolation=cv2.INTER_AREA), (0, 0), sigma / 2)
-        small *= weight / np.maximum(cv2.GaussianBlur(small_w, (0, 0), sigma / 2), 1e-3)
-        offset = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)
-    else:
-        offset = cv2.GaussianBlur(diff, (0, 0), sigma)
-        offset *= weight / np.maximum(cv2.GaussianBlur(inside, (0, 0), sigma), 1e-3)
+        diff, inside = (cv2.resize(a, half, interpolation=cv2.INTER_AREA) for a in (diff, inside))
+    offset = cv2.GaussianBlur(diff, (0, 0), sigma / k)
+    offset *= weight / np.maximum(cv2.GaussianBlur(inside, (0, 0), sigma / k), 1e-3)
+    if k > 1:
+        offset = cv2.resize(offset, (w, h), interpolation=cv2.INTER_LINEAR)
     out = patch.astype(np.float32)
     out += offset[..., None]
     np.clip(out, 0.0, 255.0, out=out)

@@ -585,17 +585,15 @@ class ClassicalSwapper:
                 patch = apply_color(patch, matrix)
             lips = lip_band(lm[:68], patch.shape) if cfg.lip_color and "lip_color" not in skip else None
             if lips is not None:
-                coloured = patch
-                shift = self._measured(face, "lips", lambda: lip_shift(coloured, roi, lips, masks.alpha, masks.core))
+                shift = self._measured(face, "lips", lambda: lip_shift(patch, roi, lips, masks.alpha, masks.core))
                 patch = shift_lips(patch, lips, shift)
         if "shading" not in skip:
             # A face turned less than SHADING_FROM gets weight 0: match_shading leaves it as it is.
             shading = cfg.shading * max(face_turn(lm[:68]) - SHADING_FROM, 0.0) / (1.0 - SHADING_FROM)
             patch = match_shading(patch, roi, masks.core, SHADING_SCALE * size, shading)
         if "detail" not in skip and cfg.detail > 0:
-            softened = patch
-            patch = soften_by(patch, self._measured(
-                face, "detail", lambda: detail_mix(softened, roi, masks.core, cfg.detail)))
+            mix = self._measured(face, "detail", lambda: detail_mix(patch, roi, masks.core, cfg.detail))
+            patch = soften_by(patch, mix)
         if cfg.blend == "poisson":
             blend_poisson(roi, patch, masks)
         else:
