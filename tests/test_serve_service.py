@@ -126,13 +126,27 @@ def test_a_finished_sessions_objects_are_freed_when_it_ends(shared_job: SwapJob,
 
 
 def test_the_heap_calls_do_what_they_say() -> None:
-    assert arenas_for(1) == 2 and arenas_for(2) == 2 and arenas_for(8) == 4 and arenas_for(64) == 8
-    assert arenas_for(None) == 2
+    assert arenas_for(1) == 1 and arenas_for(2) == 1 and arenas_for(3) == 1
+    assert arenas_for(8) == 4 and arenas_for(64) == 8 and arenas_for(None) == 1
     give_back()  # on glibc it trims, elsewhere it collects only: either way no error
     if os.environ.get("MALLOC_ARENA_MAX"):
         assert bound_arenas(2) is None  # the user's own bound stands
     elif Path("/proc/self/maps").exists() and "libc.so.6" in Path("/proc/self/maps").read_text():
         assert bound_arenas(arenas_for(os.cpu_count())) == arenas_for(os.cpu_count())
+
+
+
+def test_every_pipeline_command_bounds_the_arenas_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import stream.cli.main as cli
+
+    calls: list[str] = []
+    monkeypatch.setattr(cli, "bound_arenas", lambda: calls.append("bound"))
+    missing = str(tmp_path / "missing.mp4")
+    assert cli.main(["swap", "--input", missing, "--output", str(tmp_path / "out.mp4")]) != 0
+    assert calls == ["bound"]  # before the input was even looked at
+    calls.clear()
+    assert cli.main(["models", "--models-dir", str(tmp_path)]) == 0
+    assert calls == []  # no pipeline, no threads: the user's heap is left as it is
 
 
 # -- connections ---------------------------------------------------------------------------

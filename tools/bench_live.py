@@ -55,6 +55,7 @@ from stream.config import load_config  # noqa: E402
 from stream.job.runs import run_live  # noqa: E402
 from stream.job.swap_job import SwapJob  # noqa: E402
 from stream.media.demo_clips import astronaut, bench_clips  # noqa: E402
+from stream.runtime.heap import bound_arenas  # noqa: E402
 from stream.server.client import PacedTrack  # noqa: E402
 from stream.sinks.fanout import FanoutSink  # noqa: E402
 from stream.sinks.vcam import VirtualCameraSink  # noqa: E402
@@ -382,6 +383,7 @@ def main() -> int:
                     help="how long each WebRTC path's A/V offset is read (0: not measured; default 6)")
     ap.add_argument("--json", metavar="PATH", help="also write the reports as JSON")
     args = ap.parse_args()
+    bound_arenas()  # as the facestream command does before its threads (stream/runtime/heap.py)
     pyvirtualcam.register_backend("bench-discard", DiscardingCamera)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

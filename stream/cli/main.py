@@ -99,7 +99,6 @@ def cmd_live(args: argparse.Namespace) -> int:
     from stream.sources.open import open_source
 
     config = config_from_args(args)
-    bound_arenas()  # before any thread: reconnects and WHEP viewers start threads for hours
     width = height = None
     if args.size:
         w, sep, h = args.size.lower().partition("x")
@@ -229,7 +228,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     config = config_from_args(args)
-    bound_arenas()  # before any thread: each session's threads would otherwise grow arenas of their own
     sock = bind_socket(args.host, args.port)  # a busy port is said before aiortc and the models load
     _stop_on_termination()  # while the models load; the server's loop takes the signals after
     try:
@@ -336,6 +334,9 @@ def _written_so_far(written: Written) -> str:
     return ""
 
 
+PIPELINE_COMMANDS = ("swap", "demo", "live", "serve", "benchmark")  # commands that run a pipeline
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -344,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live,
                 "serve": cmd_serve, "doctor": cmd_doctor, "benchmark": cmd_benchmark, "triton-repo": cmd_triton_repo}
     args.written = written = Written()
+    if args.command in PIPELINE_COMMANDS:
+        # Before any thread: each thread would otherwise grow an arena of its own (the first
+        # faces' judgement paid its pages afresh; a server's sessions kept theirs).
+        bound_arenas()
     if args.command != "serve":  # the server handles its own signals on its event loop
         _stop_on_termination()
     try:

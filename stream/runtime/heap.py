@@ -13,8 +13,15 @@ about 20 MB a session at its size), two causes:
   arena of its own, up to 8 a core, each session brings new threads, and freed memory stays,
   fragmented, in the arena it came from: with the collection and the trim but glibc's
   16 arenas (2 cores) the server still grew by 2.4 MB a session. `bound_arenas` caps the
-  arenas (one for every two cores, 2 to 8; the staged bench was no slower at 2), and
-  `give_back` returns free pages (malloc_trim).
+  arenas (one for every two cores, 1 to 8), and `give_back` returns free pages (malloc_trim).
+
+Every command that runs a pipeline bounds the arenas, not only the server. A thread on an
+arena of its own grows it afresh: a live run's first detection judges its new faces on the
+analysis thread, and with glibc's arenas (or two) the embedding network's first batch there
+took 50-95 ms, every buffer a fresh page, against 28 ms on the arena the start-up warmed
+(tools/bench_live.py, six faces: 4-6 frames dropped at the start, 2-3 with one arena). With
+one arena on 2 cores, a one-face 720p run's peak memory is 9 MB lower (358 against 367 MB)
+and a six-face run's 19 MB, at the same speed (tools/bench.py, alternated: within 2%).
 
 With all three, 30 sessions in turn kept the server within a few percent of its size after
 the fifth. The glibc calls do nothing elsewhere (musl, macOS, Windows), and a
@@ -52,9 +59,9 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 def arenas_for(cores: int | None) -> int:
-    """Arenas for a machine of `cores`: one for every two cores, at least 2, at most 8
+    """Arenas for a machine of `cores`: one for every two cores, at least 1, at most 8
     (glibc's own bound is 8 a core: 16 on 2 cores, 128 on 16)."""
-    return max(2, min(MAX_ARENAS, (cores or 1) // 2))
+    return max(1, min(MAX_ARENAS, (cores or 1) // 2))
 
 
 def bound_arenas(arenas: int | None = None) -> int | None:
