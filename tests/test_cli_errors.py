@@ -223,3 +223,14 @@ def test_the_demo_face_needs_its_extra_even_when_a_copy_is_left_in_tmp(monkeypat
     monkeypatch.setitem(sys.modules, "skimage", None)  # as without the extra
     with pytest.raises(DemoUnavailable, match="scikit-image"):
         demo_face()
+
+
+def test_a_file_swap_loads_no_server_package(tmp_path: Path, source_photo: Path, face_clip: Path) -> None:
+    # asyncio (with ssl) and aiohttp were 18 MB of a one-face swap's peak memory, for a
+    # command that serves nothing: they load with `live` and `serve` only.
+    script = ("import sys; from stream.cli.main import main; "
+              f"rc = main(['swap', '--source', {str(source_photo)!r}, '--input', {str(face_clip)!r}, "
+              f"'--output', {str(tmp_path / 'out.mp4')!r}, '-q']); "
+              "print(rc, sorted(m for m in ('asyncio', 'ssl', 'aiohttp', 'aiortc') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.stdout.strip().splitlines()[-1] == "0 []", res.stdout + res.stderr

@@ -11,8 +11,14 @@ from engines.models.enhancers import ENHANCER_NAMES
 from engines.models.masks import AREAS, MASK_TYPES, REGIONS
 from engines.models.swappers import SWAPPER_NAMES
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
-from stream.server import CODECS, MAX_UPLOAD_PIXELS
-from stream.server.guard import HEADER_TIMEOUT_S, KEEPALIVE_TIMEOUT_S, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT
+from stream.server import (
+    CODECS,
+    HEADER_TIMEOUT_S,
+    KEEPALIVE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_CLIENT,
+    MAX_UPLOAD_PIXELS,
+)
 from stream.sources.open import OPEN_TIMEOUT_S
 
 # A server's browsers bring their own faces: no reference photos or mappings there.

@@ -20,10 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
-HEADER_TIMEOUT_S = 5.0
-KEEPALIVE_TIMEOUT_S = 15.0
-MAX_CONNECTIONS = 256
-MAX_CONNECTIONS_PER_CLIENT = 64
+from stream.server import HEADER_TIMEOUT_S, KEEPALIVE_TIMEOUT_S, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT
+
 _REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
             b"Content-Length: %d\r\n\r\n%s")
 
