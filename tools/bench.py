@@ -28,7 +28,6 @@ from stream.config import load_config  # noqa: E402
 from stream.job.runs import run_video  # noqa: E402
 from stream.job.swap_job import SwapJob  # noqa: E402
 from stream.media.demo_clips import astronaut, bench_clips  # noqa: E402
-from stream.runtime.heap import bound_arenas  # noqa: E402
 
 
 def run(config_name: str, overrides: list[str], source: str, clip: str, out: str, staged: bool) -> dict:
@@ -52,7 +51,6 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs of each mode, alternating (default 3)")
     ap.add_argument("--json", metavar="PATH", help="also write every report as JSON")
     args = ap.parse_args()
-    bound_arenas()  # as the facestream command does before its threads (stream/runtime/heap.py)
 
     results = {}
     with tempfile.TemporaryDirectory(prefix="fs-bench-") as tmp:

@@ -383,7 +383,7 @@ def main() -> int:
                     help="how long each WebRTC path's A/V offset is read (0: not measured; default 6)")
     ap.add_argument("--json", metavar="PATH", help="also write the reports as JSON")
     args = ap.parse_args()
-    bound_arenas()  # as the facestream command does before its threads (stream/runtime/heap.py)
+    bound_arenas()  # as `facestream live` does before its threads (stream/runtime/heap.py)
     pyvirtualcam.register_backend("bench-discard", DiscardingCamera)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -334,7 +334,8 @@ def _written_so_far(written: Written) -> str:
     return ""
 
 
-PIPELINE_COMMANDS = ("swap", "demo", "live", "serve", "benchmark")  # commands that run a pipeline
+# The long-running commands, whose malloc arenas are bounded (stream/runtime/heap.py).
+LIVE_COMMANDS = ("live", "serve")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,9 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live,
                 "serve": cmd_serve, "doctor": cmd_doctor, "benchmark": cmd_benchmark, "triton-repo": cmd_triton_repo}
     args.written = written = Written()
-    if args.command in PIPELINE_COMMANDS:
-        # Before any thread: each thread would otherwise grow an arena of its own (the first
-        # faces' judgement paid its pages afresh; a server's sessions kept theirs).
+    if args.command in LIVE_COMMANDS:
+        # Before any thread: each thread would otherwise grow an arena of its own (a live
+        # run's first faces were judged on a fresh one; a server's sessions kept theirs).
         bound_arenas()
     if args.command != "serve":  # the server handles its own signals on its event loop
         _stop_on_termination()

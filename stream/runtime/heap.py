@@ -15,13 +15,15 @@ about 20 MB a session at its size), two causes:
   16 arenas (2 cores) the server still grew by 2.4 MB a session. `bound_arenas` caps the
   arenas (one for every two cores, 1 to 8), and `give_back` returns free pages (malloc_trim).
 
-Every command that runs a pipeline bounds the arenas, not only the server. A thread on an
-arena of its own grows it afresh: a live run's first detection judges its new faces on the
-analysis thread, and with glibc's arenas (or two) the embedding network's first batch there
-took 50-95 ms, every buffer a fresh page, against 28 ms on the arena the start-up warmed
-(tools/bench_live.py, six faces: 4-6 frames dropped at the start, 2-3 with one arena). With
-one arena on 2 cores, a one-face 720p run's peak memory is 9 MB lower (358 against 367 MB)
-and a six-face run's 19 MB, at the same speed (tools/bench.py, alternated: within 2%).
+`live` and `serve` bound the arenas to one on 2 cores, before their threads start. A
+thread on an arena of its own grows it afresh: a live run's first detection judges its new
+faces on the analysis thread, and with glibc's arenas (or two) the embedding network's
+first batch there took 50-95 ms, every buffer a fresh page, against 28 ms on the arena the
+start-up warmed (tools/bench_live.py, six faces: 4-6 frames dropped at the start, 2-4 with
+one arena). A file's commands (`swap`, `demo`, `benchmark`) keep glibc's arenas: with one,
+the default preset's six-face demo clip took 3.9% longer (3.7% with two; all the stages'
+threads then allocate from one arena, under its lock), for 14 MB less at the peak (`fast`: the same speed,
+19 MB less; alternated whole-process runs, 2026-12-05).
 
 With all three, 30 sessions in turn kept the server within a few percent of its size after
 the fifth. The glibc calls do nothing elsewhere (musl, macOS, Windows), and a
