@@ -135,7 +135,6 @@ def test_the_heap_calls_do_what_they_say() -> None:
         assert bound_arenas(arenas_for(os.cpu_count())) == arenas_for(os.cpu_count())
 
 
-
 def test_live_and_serve_bound_the_arenas_first_and_a_file_swap_does_not(monkeypatch: pytest.MonkeyPatch,
                                                                            tmp_path: Path) -> None:
     import stream.cli.main as cli

@@ -22,8 +22,8 @@ first batch there took 50-95 ms, every buffer a fresh page, against 28 ms on the
 start-up warmed (tools/bench_live.py, six faces: 4-6 frames dropped at the start, 2-4 with
 one arena). A file's commands (`swap`, `demo`, `benchmark`) keep glibc's arenas: with one,
 the default preset's six-face demo clip took 3.9% longer (3.7% with two; all the stages'
-threads then allocate from one arena, under its lock), for 14 MB less at the peak (`fast`: the same speed,
-19 MB less; alternated whole-process runs, 2026-12-05).
+threads then allocate from one arena, under its lock) for 14 MB less at the peak, and
+`fast` ran at the same speed for 19 MB less (alternated whole-process runs, 2026-12-05).
 
 With all three, 30 sessions in turn kept the server within a few percent of its size after
 the fifth. The glibc calls do nothing elsewhere (musl, macOS, Windows), and a
