@@ -87,6 +87,38 @@ def test_the_flow_follows_most_of_a_bare_face_and_less_of_a_covered_one(engines)
     assert shares[11] >= 0.9 and shares[25] < COVERED_SHARE and shares[28] < LOST_SHARE, shares
 
 
+def test_the_flow_is_checked_backwards_only_where_a_point_is_in_doubt(engines, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A bare face: the forward flow alone, and the motion the check both ways gives (to a
+    # hundredth of a pixel). The bar over part of the face: followed back as well.
+    import stream.analysis.face_motion as fm
+
+    made = scene_frames(occluder_scene())
+    grey = [cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f, _ in made]
+    points = engines.landmarker.forward(FrameViews(made[10][0]), made[0][1].faces[0])
+    flows = []
+    real = cv2.calcOpticalFlowPyrLK
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        flows.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fm.cv2, "calcOpticalFlowPyrLK", counted)
+    calls = {}
+    for i in (11, 12, 25, 28):
+        flows.clear()
+        followed = follow_face(grey[i - 1], grey[i], points)
+        calls[i] = len(flows)
+        monkeypatch.setattr(fm, "SURE_SHARE", 2.0)  # never sure: always both ways
+        both = follow_face(grey[i - 1], grey[i], points)
+        monkeypatch.setattr(fm, "SURE_SHARE", 1.0)
+        assert followed is not None and both is not None
+        if calls[i] == 1:
+            assert np.abs(followed[0] - both[0]).max() < 0.01 and followed[1] == 1.0
+        else:
+            assert followed[0] == pytest.approx(both[0]) and followed[1] == both[1]
+    assert calls == {11: 1, 12: 1, 25: 2, 28: 2}, calls
+
+
 def test_a_still_face_keeps_its_points_while_a_bar_comes_in_front_of_it(engines) -> None:  # type: ignore[no-untyped-def]
     # The face does not move in this scene. The predictor's points followed the bar's edge
     # in the frames before the optical flow lost the face (and the flow's fit to what was
