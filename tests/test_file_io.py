@@ -16,7 +16,7 @@ from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 from stream.sinks.file import FileSink
 from stream.sources.file import FileSource
-from tests.fixtures import make_clip, pattern_frame, probe
+from tests.fixtures import make_clip, pattern_frame, probe, window_frame
 
 W, H = 160, 96
 
@@ -159,6 +159,41 @@ def test_encoder_threads_follow_the_setting(tmp_path: Path, monkeypatch: pytest.
         sink.open()
         assert sink._video.codec_context.thread_count == expect
         sink.close()
+
+
+def test_decoder_threads_follow_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As x264's: one thread on 2 cores for a picture up to 720p (the stages fill the cores),
+    # FFmpeg's frame and slice threads on more, as many as asked for when asked.
+    from stream.runtime import cores
+    src = tmp_path / "in.mp4"
+    make_clip(src, frame_maker(seed=6), 4, audio=False)
+    for n, threads, one in ((2, 0, True), (8, 0, False), (2, 3, False)):
+        monkeypatch.setattr(cores, "usable_cores", lambda n=n: n)
+        source = FileSource(src, threads=threads)
+        source.open()
+        ctx = source._stream.codec_context
+        assert (ctx.thread_count == 1) == one and (threads != 3 or ctx.thread_count == 3)
+        source.close()
+
+
+def test_a_file_cut_short_ends_early_in_one_decoder_thread_too(tmp_path: Path) -> None:
+    # Cut mid-packet: FFmpeg's frame threads drop the last, partial packet, a decoder in one
+    # thread fails on it (PyAV raises there); either way the frames that decode are read and
+    # the file is said to end early, not to be damaged.
+    full = tmp_path / "full.mp4"
+    make_clip(full, window_frame, 40, options={"movflags": "faststart"})
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    read = {}
+    for threads in (1, 3):
+        source = FileSource(cut, threads=threads)
+        slot = image_slot(source.open())
+        while source.read_into(slot):
+            pass
+        read[threads] = source.frames_read
+        assert source.shortfall is not None and "ends early" in source.shortfall
+        source.close()
+    assert 0 < read[1] < 40 and read[1] == read[3]
 
 
 def test_read_into_reuses_the_buffer_and_stamps_slots(tmp_path: Path) -> None:

@@ -130,7 +130,7 @@ def main() -> None:
         print(f"clip: {args.width}x{args.height}, 30 fps, {args.frames} frames, H.264 + AAC")
         auto = codec_threads(0, args.width * args.height)
         print(f"this machine: {usable_cores()} cores; encode.threads 'auto' gives x264 "
-              f"{auto or 'its own choice of'} thread(s) at this size (runs decode with FFmpeg's threads)")
+              f"{auto or 'its own choice of'} thread(s) at this size (and the file decoder as many)")
         many = max(2, usable_cores() * 3 // 2)  # what the codecs themselves choose: 1.5 a core
         # Best of 3 each: the machine's drift hits every setting alike.
         for threads, label in ((many, f"{many} threads"), (1, "one thread")):

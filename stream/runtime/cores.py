@@ -1,4 +1,5 @@
-"""How many cores this process may use, and how many threads x264 gets from them.
+"""How many cores this process may use, and how many threads x264 and the file decoder get
+from them.
 
 On a machine of few cores the pipeline's own stage threads keep every core busy, and x264's
 frame threads add work (their hand-offs, frames held for reordering): on 2 cores x264
@@ -8,8 +9,12 @@ its threads pay: the `fast` benchmark's 1080p one-face clip ran at 58-66 fps sta
 one codec thread and 64-71 with three, where 720p ran as fast or a little faster with one
 (`tools/bench.py`, three rounds: six faces 42.9 against 40.6 fps, one face 102.4 against
 100.8). So x264 gets one thread on a machine of FEW_CORES or fewer for pictures up to
-SMALL_PICTURE, and chooses for itself otherwise. (The file decoder keeps FFmpeg's threads:
-see FileSource.) tools/bench_io.py prints both settings' fps and CPU.
+SMALL_PICTURE, and chooses for itself otherwise. The file decoder follows the same rule: on
+its own its three frame threads take no more CPU than one (tools/bench_io.py prints both
+settings' fps and CPU), but in a staged run on 2 cores they are three more threads beside
+the stages': `speed_ab.py --base HEAD` (`fast`, three rounds, 2026-12-05), one face 1.07x
+and six faces 1.02x with one decoder thread, and 14.1 against 14.8 ms of CPU a one-face
+frame over all threads (alternated whole runs).
 """
 from __future__ import annotations
 

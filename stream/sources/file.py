@@ -21,6 +21,7 @@ import numpy as np
 from stream.errors import SourceError, reason_of
 from stream.media.convert import colour_tags, convert_into
 from stream.media.video_info import VideoInfo
+from stream.runtime.cores import codec_threads
 from stream.runtime.slot import Slot
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,24 @@ def display_rotation(frame: av.VideoFrame) -> int:
         return 0
     return int(round(degrees / 90.0)) * 90 % 360
 
+def _decoded(container: av.container.InputContainer, stream: av.VideoStream) -> Iterator[av.VideoFrame]:
+    """The stream's frames in order, as `container.decode(stream)` gives them, except at a file
+    cut short: its last packet is partial, and where FFmpeg's frame threads drop it, a decoder
+    in one thread fails on it. Here it is dropped in both cases (the frames end, and
+    `FileSource` says the file ends early); a packet that fails anywhere else raises."""
+    packets = container.demux(stream)
+    ahead = next(packets, None)
+    while ahead is not None:
+        packet, ahead = ahead, next(packets, None)
+        try:
+            frames = packet.decode()
+        except av.FFmpegError:
+            if ahead is not None and ahead.size:  # more of the file follows: damaged, not cut
+                raise
+            continue  # the last packet (only the decoder's flush follows): the file is cut short
+        yield from frames
+
+
 class FileSource:
     """Decodes the first video stream of a media file, one frame per `read_into` call.
 
@@ -49,9 +68,10 @@ class FileSource:
     """
 
     def __init__(self, path: str | os.PathLike[str], threads: int = 0) -> None:
-        """`threads`: the decoder's, 0 for FFmpeg's own choice of frame and slice threads
-        (what runs use: in one thread a file cut short fails at its last, partial packet
-        instead of ending early), or that many (tools/bench_io.py compares them)."""
+        """`threads`: the decoder's; 0 (what runs use) picks as x264's are picked
+        (`stream.runtime.cores.codec_threads`: one on a machine of 4 cores or fewer for a
+        picture up to 720p, where the pipeline's stages already fill the cores, FFmpeg's own
+        frame and slice threads otherwise), or that many (tools/bench_io.py compares them)."""
         self.path = Path(path)
         self.threads = threads
         self.frames_read = 0
@@ -96,15 +116,16 @@ class FileSource:
             raise self._error("has no video stream")
         stream = container.streams.video[0]
         ctx = stream.codec_context
-        if self.threads != 1:
-            # Frame + slice threads (PyAV drops the GIL while decoding).
-            stream.thread_type = "AUTO"
-        ctx.thread_count = self.threads
         if not ctx.width or not ctx.height:
             container.close()
             raise self._error("video stream has no picture size (corrupt header?)")
+        threads = self.threads or codec_threads(0, ctx.width * ctx.height)
+        if threads != 1:
+            # Frame + slice threads (PyAV drops the GIL while decoding).
+            stream.thread_type = "AUTO"
+        ctx.thread_count = threads
         self._container, self._stream = container, stream
-        self._frames = container.decode(stream)
+        self._frames = _decoded(container, stream)
         try:  # the first frame says how it must be turned (and checks the stream decodes)
             self._pending = next(self._frames)
         except StopIteration:
