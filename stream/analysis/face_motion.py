@@ -8,8 +8,8 @@ box behind it, and a face leaving the frame left its points clamped at the edge,
 where there was no face any more. The picture moves with the face, not with the points:
 Lucas-Kanade flow of the inner points (brows, eyes, nose, mouth) from the last frame to
 this one (followed back as well where any of them is in doubt), and a similarity fitted to
-them with RANSAC, gives the face's motion; points dragged by an occluder are outvoted. The box is moved by
-it, and the predictor then places this frame's points in the moved box.
+them with RANSAC, gives the face's motion; points dragged by an occluder are outvoted. The
+box is moved by it, and the predictor then places this frame's points in the moved box.
 """
 from __future__ import annotations
 

@@ -41,6 +41,7 @@ def display_rotation(frame: av.VideoFrame) -> int:
         return 0
     return int(round(degrees / 90.0)) * 90 % 360
 
+
 def _decoded(container: av.container.InputContainer, stream: av.VideoStream) -> Iterator[av.VideoFrame]:
     """The stream's frames in order, as `container.decode(stream)` gives them, except at a file
     cut short: its last packet is partial, and where FFmpeg's frame threads drop it, a decoder
