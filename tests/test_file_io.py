@@ -171,8 +171,12 @@ def test_decoder_threads_follow_the_setting(tmp_path: Path, monkeypatch: pytest.
         monkeypatch.setattr(cores, "usable_cores", lambda n=n: n)
         source = FileSource(src, threads=threads)
         source.open()
-        ctx = source._stream.codec_context
-        assert (ctx.thread_count == 1) == one and (threads != 3 or ctx.thread_count == 3)
+        stream = source._stream
+        if one:  # one thread, no frame threads
+            assert stream.codec_context.thread_count == 1 and stream.thread_type.name != "AUTO"
+        else:  # frame and slice threads: FFmpeg's count (its own cores), or the one asked for
+            assert stream.thread_type.name == "AUTO"
+            assert threads == 0 or stream.codec_context.thread_count == threads
         source.close()
 
 

@@ -101,7 +101,7 @@ def follow_face(prev: np.ndarray, cur: np.ndarray, points: Landmarks68, dense: b
         # out; where any is in doubt, it is done, as for a face partly hidden.
         ok = st1.ravel() == 1
         fitted = _fit(q0, q1, ok, tolerance)
-        if fitted is not None and _share(fitted[1], ok, interior) < SURE_SHARE:
+        if fitted is not None and _share(fitted[1], interior) < SURE_SHARE:
             fitted = None
     if fitted is None:
         back, st2, _ = cv2.calcOpticalFlowPyrLK(b, a, q1.reshape(-1, 1, 2), None, **kw)
@@ -112,7 +112,7 @@ def follow_face(prev: np.ndarray, cur: np.ndarray, points: Landmarks68, dense: b
         if fitted is None:
             return None
     m, moved = fitted
-    share = _share(moved, ok, interior)
+    share = _share(moved, interior)
     if scale < 1.0:
         # From the scaled crop's pixels back to the crop's: m' = S^-1 m S, S the scaling.
         s3 = np.array([[fx, 0.0, 0.5 * fx - 0.5], [0.0, fy, 0.5 * fy - 0.5], [0.0, 0.0, 1.0]])
@@ -141,7 +141,7 @@ def _fit(q0: np.ndarray, q1: np.ndarray, ok: np.ndarray, tolerance: float
     return m, moved
 
 
-def _share(moved: np.ndarray, ok: np.ndarray, interior: np.ndarray) -> float:
+def _share(moved: np.ndarray, interior: np.ndarray) -> float:
     """The share of the points a window or more inside the frame that moved with the face (at
     the frame's edge a point's window leaves the picture and the flow loses it with nothing in
     front); 1 where too few are inside."""
