@@ -209,10 +209,14 @@ class PipelineConfig:
     # small call (a face's optical flow, its warp) over the cores as well only added overhead:
     # six faces, serial, 2 cores, 91 -> 80 ms of CPU a frame, the same pixels (tools/cost_parts.py).
     cv_threads: int = 1
+    # numpy's BLAS threads (process-wide, set when a job opens; 0: the library's own choice).
+    # One: its second thread only spun beside the busy stages (stream/runtime/cores.py).
+    blas_threads: int = 1
 
     def __post_init__(self) -> None:
         _check(self.ring_depth >= 1, f"pipeline.ring_depth must be >= 1, got {self.ring_depth}")
         _check(self.cv_threads >= 0, f"pipeline.cv_threads must be >= 0, got {self.cv_threads}")
+        _check(self.blas_threads >= 0, f"pipeline.blas_threads must be >= 0, got {self.blas_threads}")
         _check(self.live_ring_depth >= 1, f"pipeline.live_ring_depth must be >= 1, got {self.live_ring_depth}")
         _check(self.max_faces >= 1, f"pipeline.max_faces must be >= 1, got {self.max_faces}")
 

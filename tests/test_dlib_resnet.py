@@ -12,8 +12,9 @@ import pytest
 from engines.dlib.embedder import DlibEmbedder
 from engines.dlib.landmarker import DlibLandmarker
 from engines.dlib.models import model_path, shared_model
-from engines.dlib.resnet import DlibFileError, read_network
+from engines.dlib.resnet import BATCH, DlibFileError, read_network
 from engines.frame_views import FrameViews
+from engines.protocols import detect_in_background
 from stream.media.demo_clips import astronaut, group_picture
 
 # Float sums in another order (dlib's loops against numpy's BLAS, whose kernels pick their
@@ -84,6 +85,41 @@ def test_a_batch_of_chips_gives_each_chips_embedding(faces) -> None:
         model.embed_many(chips[0])
     bgr = faces[0][0]
     assert np.abs(emb.forward_many(bgr, [faces[0][1]])[0] - one[0]).max() == 0
+
+
+def test_in_line_the_second_half_of_the_chips_runs_on_a_helper_thread(faces, monkeypatch) -> None:
+    """In line (the stages wait for the detection) half the chips run on a helper thread; on
+    a background detection's thread all of them run there, BATCH at a time. The same rows."""
+    emb = DlibEmbedder()
+    emb.open()
+    model = emb._model
+    assert model is not None
+    chips = np.stack([emb.chip(bgr, points) for bgr, points in faces[:6]])
+    ran: list[tuple[str, int]] = []
+    run = model._run
+
+    def spy(batch: np.ndarray) -> np.ndarray:
+        ran.append((threading.current_thread().name, len(batch)))
+        return run(batch)
+
+    monkeypatch.setattr(model, "_run", spy)
+    in_line = model.embed_many(chips)
+    assert sorted(ran) == sorted([(threading.current_thread().name, 3), ("fs-embed", 3)])
+    ran.clear()
+    got: dict[str, np.ndarray] = {}
+
+    def background() -> None:
+        detect_in_background()
+        got["rows"] = model.embed_many(chips)
+
+    thread = threading.Thread(target=background, name="fs-detect")
+    thread.start()
+    thread.join()
+    assert ran == [("fs-detect", BATCH), ("fs-detect", len(chips) - BATCH)]
+    assert np.abs(got["rows"] - in_line).max() < TOLERANCE
+    ran.clear()
+    model.embed_many(chips[:1])  # one chip: no helper
+    assert ran == [(threading.current_thread().name, 1)]
 
 
 def test_runs_from_several_threads_at_once_each_get_their_own(faces) -> None:

@@ -9,9 +9,11 @@ import av
 import cv2
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info
 
 from stream.cli.main import main
 from stream.job.runs import run_video
+from stream.runtime.cores import set_blas_threads
 from tests.fixtures import BLANK_FRAMES, CLIP_FRAMES, FACE_FRAMES, Identity, probe, window_frame
 
 
@@ -109,26 +111,37 @@ def test_staged_and_serial_write_the_same_video(face_clip: Path, source_photo: P
 
 
 @pytest.mark.slow
-def test_opencv_on_its_own_threads_writes_the_same_video(face_clip: Path, source_photo: Path, tmp_path: Path,
-                                                         swapped: Path) -> None:
-    # pipeline.cv_threads: 1 by default (the stages already share the cores); 0 hands the
-    # choice back to OpenCV, one worker a core. Only the cost may differ.
+def test_opencv_and_blas_on_their_own_threads_write_the_same_video(face_clip: Path, source_photo: Path,
+                                                                   tmp_path: Path, swapped: Path) -> None:
+    # pipeline.cv_threads and pipeline.blas_threads: 1 by default (the stages already share
+    # the cores); 0 hands the choice back to OpenCV (one worker a core) and to numpy's BLAS
+    # (the count it had before a job first set it). Only the cost may differ.
     out = tmp_path / "threads.mp4"
     args = ["swap", "--source", str(source_photo), "--input", str(face_clip), "--output", str(out),
             "--crf", "0", "--x264-preset", "ultrafast", "--detect-every", "4", "-q"]
+
+    def blas() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
     cv2.setNumThreads(-1)
     default = cv2.getNumThreads()
+    set_blas_threads(0)
+    blas_default = blas()
     try:
         cv2.setNumThreads(1)  # as the job before left it
-        assert main(args + ["--set", "pipeline.cv_threads=0"]) == 0
+        set_blas_threads(1)
+        assert main(args + ["--set", "pipeline.cv_threads=0", "--set", "pipeline.blas_threads=0"]) == 0
         assert cv2.getNumThreads() == default
+        assert blas() == blas_default
         a, b = decode_all(swapped), decode_all(out)
         assert len(a) == len(b) == CLIP_FRAMES
         assert all(np.array_equal(x, y) for x, y in zip(a, b))
         assert main(args + ["--set", "pipeline.cv_threads=1"]) == 0
         assert cv2.getNumThreads() == 1
+        assert blas() == [1] * len(blas_default)
     finally:
         cv2.setNumThreads(-1)
+        set_blas_threads(1)
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from stream.job.shared_models import exclusive, share_engines, shared
 from stream.job.vram_plan import VramPlan
 from stream.media.image_io import read_image
 from stream.runtime.allocator import Allocator, default_allocator
+from stream.runtime.cores import set_blas_threads
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class SwapJob:
         """Load the models and prepare every source (and reference) face once."""
         cfg = self.config
         cv2.setNumThreads(cfg.pipeline.cv_threads or -1)  # -1: back to OpenCV's own choice
+        set_blas_threads(cfg.pipeline.blas_threads)
         planned = plan_run(cfg)  # on a GPU: fits the run to the card, or ends it here in one line
         self.plan = planned.plan
         self.notes.extend(planned.notes)

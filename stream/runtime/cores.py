@@ -15,10 +15,21 @@ settings' fps and CPU), but in a staged run on 2 cores they are three more threa
 the stages': `speed_ab.py --base HEAD` (`fast`, three rounds, 2026-12-05), one face 1.07x
 and six faces 1.02x with one decoder thread, and 14.1 against 14.8 ms of CPU a one-face
 frame over all threads (alternated whole runs).
+
+numpy's BLAS (OpenBLAS in the PyPI wheels) gets `pipeline.blas_threads` threads, one by
+default, set when a job opens (`set_blas_threads`). Its only large products on the
+pipeline's path are dlib's embedding network (engines/dlib/resnet.py), run when faces appear;
+OpenBLAS's extra thread then spun after each product (for about 0.1 s), beside stages that
+already keep both cores busy: 1.3 ms of CPU a six-face frame in a thread of its own. With
+one thread, `tools/bench.py`'s `fast` runs, alternated (four rounds, 2026-12-05): six faces
+55.0 against 51.6 fps, one face 132.7 against 126.7. Where the stages wait for a detection
+(a live run's first), the network's faces run on two of our own threads instead
+(`DlibResNet.embed_many`).
 """
 from __future__ import annotations
 
 import os
+import threading
 
 FEW_CORES = 4  # at or below this, the stages fill the cores
 SMALL_PICTURE = 1280 * 720  # pixels: up to this, a codec in one thread is not the longest stage
@@ -39,3 +50,18 @@ def codec_threads(setting: int, pixels: int) -> int:
     if setting > 0:
         return setting
     return 1 if usable_cores() <= FEW_CORES and pixels <= SMALL_PICTURE else 0
+
+
+_BLAS_LOCK = threading.Lock()
+_BLAS_OWN: dict[str, int] = {}  # each BLAS library's own thread count, before it was first set
+
+
+def set_blas_threads(count: int) -> None:
+    """Give numpy's BLAS libraries `count` threads, process-wide (like cv2.setNumThreads);
+    0 gives each back the count it had before this first set one."""
+    from threadpoolctl import ThreadpoolController  # scans the loaded libraries: a few ms
+
+    with _BLAS_LOCK:
+        for lib in ThreadpoolController().select(user_api="blas").lib_controllers:
+            own = _BLAS_OWN.setdefault(lib.filepath, lib.num_threads)
+            lib.set_num_threads(count if count > 0 else own)
