@@ -20,11 +20,12 @@ numpy's BLAS (OpenBLAS in the PyPI wheels) gets `pipeline.blas_threads` threads,
 default, set when a job opens (`set_blas_threads`). Its only large products on the
 pipeline's path are dlib's embedding network (engines/dlib/resnet.py), run when faces appear;
 OpenBLAS's extra thread then spun after each product (for about 0.1 s), beside stages that
-already keep both cores busy: 1.3 ms of CPU a six-face frame in a thread of its own. With
-one thread, `tools/bench.py`'s `fast` runs, alternated (four rounds, 2026-12-05): six faces
-55.0 against 51.6 fps, one face 132.7 against 126.7. Where the stages wait for a detection
-(a live run's first), the network's faces run on two of our own threads instead
-(`DlibResNet.embed_many`).
+already keep both cores busy: 1.1-1.4 ms of CPU a frame (one face or six) in a thread of
+its own, gone with one thread. `tools/bench.py`'s `fast` runs, alternated, four rounds
+(2026-12-05): with OPENBLAS_NUM_THREADS=1, six faces 55.0 against 51.6 fps and one face
+132.7 against 126.7; with this setting (1 against 0), one face 116.7 against 111.4 (a
+noisier hour). Where the stages wait for a detection (a live run's first), the network's
+faces run on two of our own threads instead (`DlibResNet.embed_many`).
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ _BLAS_OWN: dict[str, int] = {}  # each BLAS library's own thread count, before i
 def set_blas_threads(count: int) -> None:
     """Give numpy's BLAS libraries `count` threads, process-wide (like cv2.setNumThreads);
     0 gives each back the count it had before this first set one."""
-    from threadpoolctl import ThreadpoolController  # scans the loaded libraries: a few ms
+    from threadpoolctl import ThreadpoolController  # finds the loaded libraries (0.2 ms)
 
     with _BLAS_LOCK:
         for lib in ThreadpoolController().select(user_api="blas").lib_controllers:
