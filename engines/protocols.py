@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,8 @@ class Detector(Protocol):
 
 
 _DETECTION_THREAD = threading.local()
+_T = TypeVar("_T")
+_U = TypeVar("_U")
 
 
 def detect_in_background() -> None:
@@ -41,6 +43,30 @@ def detect_in_background() -> None:
 def detecting_in_background() -> bool:
     """Whether the calling thread was marked by `detect_in_background`."""
     return bool(getattr(_DETECTION_THREAD, "background", False))
+
+
+def beside_helper(own: Callable[[], _T], helper: Callable[[], _U], name: str) -> tuple[_T, _U]:
+    """`own()` on the calling thread while `helper()` runs on a helper thread called `name`
+    (an in-line detection's work split in two; the work must let the GIL go to gain): both
+    results, once both are done. The helper's exception is raised again here."""
+    got: list[_U] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            got.append(helper())
+        except BaseException as exc:  # raised again on the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    try:
+        mine = own()
+    finally:
+        thread.join()
+    if failed:
+        raise failed[0]
+    return mine, got[0]
 
 
 @runtime_checkable

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import cast
 
 import cv2
 import dlib
@@ -12,7 +11,7 @@ import numpy as np
 from engines.dlib.models import own_hog_detector, shared_model
 from engines.face import Box, iou
 from engines.frame_views import FrameViews
-from engines.protocols import detecting_in_background
+from engines.protocols import beside_helper, detecting_in_background
 
 WINDOW = 80  # px: the smallest face HOG's frontal filters find, at the scale they scan
 # Refining a box: HOG's boxes come in steps of its pyramid (6/5 apart) and of its 8 px cells
@@ -171,26 +170,10 @@ class DlibHogDetector:
         background the stages keep both cores busy, and a helper would only compete."""
         if len(jobs) < 2 or self._second is None or detecting_in_background():
             return [self._scan_near(gray, box, scales) for box, scales in jobs]
-        results: list[tuple[list[Box], float] | None] = [None] * len(jobs)
-        failed: list[BaseException] = []
-
-        def helper() -> None:
-            try:
-                for k in range(1, len(jobs), 2):
-                    results[k] = self._scan_near(gray, *jobs[k], second=True)
-            except BaseException as exc:  # raised again on the caller's thread
-                failed.append(exc)
-
-        thread = threading.Thread(target=helper, name="fs-refine", daemon=True)
-        thread.start()
-        try:
-            for k in range(0, len(jobs), 2):
-                results[k] = self._scan_near(gray, *jobs[k])
-        finally:
-            thread.join()
-        if failed:
-            raise failed[0]
-        return cast(list[tuple[list[Box], float]], results)  # every job's result is in
+        own, helped = beside_helper(
+            lambda: [self._scan_near(gray, *job) for job in jobs[0::2]],
+            lambda: [self._scan_near(gray, *job, second=True) for job in jobs[1::2]], "fs-refine")
+        return [own[k // 2] if k % 2 == 0 else helped[k // 2] for k in range(len(jobs))]
 
     def _scan_near(self, gray: np.ndarray, box: Box, scales: Sequence[float],
                    second: bool = False) -> tuple[list[Box], float]:

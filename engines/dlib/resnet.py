@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from engines.protocols import detecting_in_background
+from engines.protocols import beside_helper, detecting_in_background
 
 CHIP = 150  # px: the aligned face chip the network takes
 PADDING = 0.25  # the chip's margin around the face (dlib's default for the embedding)
@@ -356,24 +356,9 @@ class DlibResNet:
         if len(chips) < 2 or detecting_in_background():
             return self._batched(chips)
         half = (len(chips) + 1) // 2
-        second: list[np.ndarray] = []
-        failed: list[BaseException] = []
-
-        def helper() -> None:
-            try:
-                second.append(self._batched(chips[half:]))
-            except BaseException as exc:  # raised again on the caller's thread
-                failed.append(exc)
-
-        thread = threading.Thread(target=helper, name="fs-embed", daemon=True)
-        thread.start()
-        try:
-            first = self._batched(chips[:half])
-        finally:
-            thread.join()
-        if failed:
-            raise failed[0]
-        return np.concatenate([first, second[0]])
+        first, second = beside_helper(lambda: self._batched(chips[:half]), lambda: self._batched(chips[half:]),
+                                      "fs-embed")
+        return np.concatenate([first, second])
 
     def _batched(self, chips: np.ndarray) -> np.ndarray:
         return np.concatenate([self._run(chips[i:i + BATCH]) for i in range(0, len(chips), BATCH)])
