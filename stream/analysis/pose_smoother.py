@@ -27,6 +27,8 @@ the One-Euro filter (0.7 px behind for about 8 frames).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
@@ -40,39 +42,48 @@ MAX_BOOST = 400.0  # at most this much more process noise while it does
 
 
 class _ConstantVelocity:
-    """Independent constant-velocity Kalman filters for a vector of coordinates (state: value
-    and speed of each; process noise: white acceleration of spectral density `q`)."""
+    """Independent constant-velocity Kalman filters for a few coordinates (state: value and
+    speed of each; process noise: white acceleration of spectral density `q`).
 
-    def __init__(self, value: np.ndarray) -> None:
+    Four coordinates a face, six faces a frame: in plain floats, the same IEEE arithmetic as
+    numpy's on arrays of four (the same operations in the same order, so the same numbers)
+    at a third of the cost, numpy's fixed cost per operation being most of it at this size."""
+
+    def __init__(self, value: Sequence[float]) -> None:
         n = len(value)
-        self.x = np.asarray(value, np.float64).copy()
-        self.v = np.zeros(n)
+        self.x = [float(v) for v in value]
+        self.v = [0.0] * n
         # Covariance [[pxx, pxv], [pxv, pvv]] per coordinate; a fresh track's speed is unknown.
-        self.pxx = np.zeros(n)
-        self.pxv = np.zeros(n)
-        self.pvv = np.full(n, 1e6)
-        self.surprise = np.zeros(n)  # recent innovations squared, in units of their expected variance
+        self.pxx = [0.0] * n
+        self.pxv = [0.0] * n
+        self.pvv = [1e6] * n
+        self.surprise = [0.0] * n  # recent innovations squared, in units of their expected variance
 
-    def step(self, z: np.ndarray, dt: float, q: np.ndarray, r: np.ndarray) -> np.ndarray:
-        x = self.x + self.v * dt
-        innovation = z - x
-        # A change of motion (a face starting, stopping, turning back) shows as innovations
-        # larger than the noise: the process noise is raised by how much larger they run
-        # lately, so the filter follows the new motion within a few frames.
-        s0 = self.pxx + 2 * dt * self.pxv + dt * dt * self.pvv + q * dt ** 3 / 3 + r
-        self.surprise = 0.5 * self.surprise + 0.5 * innovation ** 2 / s0
-        q = q * np.clip(self.surprise / SURPRISE, 1.0, MAX_BOOST)
-        # Predict.
-        pxx = self.pxx + 2 * dt * self.pxv + dt * dt * self.pvv + q * dt ** 3 / 3
-        pxv = self.pxv + dt * self.pvv + q * dt * dt / 2
-        pvv = self.pvv + q * dt
-        # Correct with the measurement z (variance r).
-        s = pxx + r
-        kx, kv = pxx / s, pxv / s
-        self.x = x + kx * innovation
-        self.v = self.v + kv * innovation
-        self.pxx, self.pxv, self.pvv = (1 - kx) * pxx, (1 - kx) * pxv, pvv - kv * pxv
-        return self.x
+    def step(self, z: Sequence[float], dt: float, q: Sequence[float], r: Sequence[float]) -> list[float]:
+        dt2, dt3 = dt * dt, dt ** 3
+        two_dt = 2 * dt
+        for i in range(len(self.x)):
+            x = self.x[i] + self.v[i] * dt
+            innovation = z[i] - x
+            # A change of motion (a face starting, stopping, turning back) shows as innovations
+            # larger than the noise: the process noise is raised by how much larger they run
+            # lately, so the filter follows the new motion within a few frames.
+            pxx0, pxv0, pvv0 = self.pxx[i], self.pxv[i], self.pvv[i]
+            s0 = pxx0 + two_dt * pxv0 + dt2 * pvv0 + q[i] * dt3 / 3 + r[i]
+            surprise = 0.5 * self.surprise[i] + 0.5 * (innovation * innovation) / s0
+            self.surprise[i] = surprise
+            qi = q[i] * min(max(surprise / SURPRISE, 1.0), MAX_BOOST)
+            # Predict.
+            pxx = pxx0 + two_dt * pxv0 + dt2 * pvv0 + qi * dt3 / 3
+            pxv = pxv0 + dt * pvv0 + qi * dt * dt / 2
+            pvv = pvv0 + qi * dt
+            # Correct with the measurement z (variance r).
+            s = pxx + r[i]
+            kx, kv = pxx / s, pxv / s
+            self.x[i] = x + kx * innovation
+            self.v[i] = self.v[i] + kv * innovation
+            self.pxx[i], self.pxv[i], self.pvv[i] = (1 - kx) * pxx, (1 - kx) * pxv, pvv - kv * pxv
+        return list(self.x)
 
 
 class PoseShapeSmoother:
@@ -112,24 +123,25 @@ class PoseShapeSmoother:
             self._template = unit.copy()
         angle = _angle(self._template, unit)
         # The pose: centre (pixels), log-scale and roll (percent-of-size units).
-        pose = np.array([centre[0], centre[1], np.log(size) * _UNITS, angle * _UNITS])
+        pose = [float(centre[0]), float(centre[1]), float(np.log(size)) * _UNITS, angle * _UNITS]
         if self._pose is None or self._t is None or t <= self._t:
             self._pose = _ConstantVelocity(pose)
             smooth_pose = pose
         else:
             # Roll as the turn nearest the filter's (no jump of a full turn at +-180 degrees).
             turn = 2 * np.pi * _UNITS
-            pose[3] += turn * np.round((self._pose.x[3] - pose[3]) / turn)
+            pose[3] += turn * round((self._pose.x[3] - pose[3]) / turn)
             px = size / _UNITS  # one percent of the face's size, in pixels
-            scale = np.array([px, px, 1.0, 1.0])
-            q = (self.agility * scale) ** 2
-            r = (self.noise * scale) ** 2
+            moved, still = self.agility * px, self.agility * 1.0
+            q = [moved * moved, moved * moved, still * still, still * still]
+            moved, still = self.noise * px, self.noise * 1.0
+            r = [moved * moved, moved * moved, still * still, still * still]
             smooth_pose = self._pose.step(pose, t - self._t, q, r)
         self._t = t
         shape = unit @ _rotation(angle)  # the points in the face's own frame (the template's roll)
         smooth_shape = self.shape(shape * _UNITS, t).astype(np.float64) / _UNITS
         new_size = float(np.exp(smooth_pose[2] / _UNITS))
-        out = new_size * smooth_shape @ _rotation(smooth_pose[3] / _UNITS).T + smooth_pose[:2]
+        out = new_size * smooth_shape @ _rotation(smooth_pose[3] / _UNITS).T + np.array(smooth_pose[:2])
         return out.astype(np.float32)
 
 
