@@ -21,6 +21,16 @@ Mask: TypeAlias = npt.NDArray[np.uint8]  # (H, W) uint8, 0..255
 _SHIFT = 4
 _ONE = 1 << _SHIFT
 _OUTLINE = np.r_[np.arange(68)[JAW], np.arange(68)[BROWS]]
+# The outline's indices for each number of points (68, or 68 and the forehead's ten): np.r_
+# builds the array afresh in 20 us, a face a frame.
+_OUTLINES: dict[int, npt.NDArray[np.intp]] = {}
+
+
+def _outline(points: int) -> npt.NDArray[np.intp]:
+    outline = _OUTLINES.get(points)
+    if outline is None:
+        outline = _OUTLINES[points] = np.r_[_OUTLINE, np.arange(68, points)]
+    return outline
 _MIN_STAT_PIXELS = 32  # fewer masked pixels than this give meaningless colour statistics
 _STAT_SAMPLE = 4000  # colour statistics from this many masked pixels or more are subsampled
 # Colour transfer keeps at least 0.7 of the source's luma contrast (its features) and at most
@@ -84,8 +94,7 @@ def prepare_masks(
     size = face_size(landmarks[:68])
     ramp = max(1.0, size * feather)
     # Points past the 68 (forehead points, see classical_swapper.extend_forehead) widen the area.
-    outline = np.r_[_OUTLINE, np.arange(68, len(landmarks))]
-    hull = cv2.convexHull(np.round(landmarks[outline] * _ONE).astype(np.int32))
+    hull = cv2.convexHull(np.round(landmarks[_outline(len(landmarks))] * _ONE).astype(np.int32))
     area = np.zeros((h, w), np.uint8)
     cv2.fillConvexPoly(area, hull, 255, cv2.LINE_8, _SHIFT)
     cv2.bitwise_and(area, valid, dst=area)

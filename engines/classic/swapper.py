@@ -587,7 +587,7 @@ class ClassicalSwapper:
             if lips is not None:
                 shift = self._measured(face, "lips", lambda: lip_shift(patch, roi, lips, masks.alpha, masks.core))
                 patch = shift_lips(patch, lips, shift)
-        if "shading" not in skip:
+        if "shading" not in skip and cfg.shading > 0:
             # A face turned less than SHADING_FROM gets weight 0: match_shading leaves it as it is.
             shading = cfg.shading * max(face_turn(lm[:68]) - SHADING_FROM, 0.0) / (1.0 - SHADING_FROM)
             patch = match_shading(patch, roi, masks.core, SHADING_SCALE * size, shading)
