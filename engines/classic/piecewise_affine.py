@@ -101,6 +101,9 @@ class SourceMesh:
     points: Points
     triangles: Triangles
     bounds: npt.NDArray[np.float32]
+    # The source side of every warp's maps (`prepare_affines`): each triangle's corners and
+    # edges (float64) and its centroid, computed once.
+    corners: npt.NDArray[np.float64] | None = None
 
 
 def prepare_mesh(image: ImageBGR, points: Points, triangles: Triangles) -> SourceMesh:
@@ -110,19 +113,22 @@ def prepare_mesh(image: ImageBGR, points: Points, triangles: Triangles) -> Sourc
     bounds = np.full((4, 1, 256), -1e4, np.float32)
     bounds[0:2, 0, 1 : len(triangles) + 1] = tri.min(axis=1).T
     bounds[2:4, 0, 1 : len(triangles) + 1] = tri.max(axis=1).T
-    return SourceMesh(image=image, points=pts, triangles=triangles, bounds=bounds)
+    return SourceMesh(image=image, points=pts, triangles=triangles, bounds=bounds,
+                      corners=np.asarray(pts, np.float64)[triangles])
 
 
 def prepare_affines(
-    triangles: Triangles, src_points: Points, dst_points: Points
+    triangles: Triangles, src_points: Points, dst_points: Points,
+    src_corners: npt.NDArray[np.float64] | None = None,
 ) -> npt.NDArray[np.float64]:
     """Per-triangle affine maps dst -> src, in closed form for all triangles at once.
 
     Returns (T, 3, 2) coefficients c such that [x, y, 1] @ c[t] = (sx, sy) for a destination
     point (x, y) in triangle t. Collapsed destination triangles (twice the area below
     MIN_DOUBLE_AREA, or not finite) get a constant map to their source triangle's centroid.
+    `src_corners`: `src_points[triangles]` in float64 when the caller has it (a SourceMesh's).
     """
-    src = np.asarray(src_points, np.float64)[triangles]  # (T, 3, 2)
+    src = np.asarray(src_points, np.float64)[triangles] if src_corners is None else src_corners  # (T, 3, 2)
     dst = np.asarray(dst_points, np.float64)[triangles]
     edges_d = (dst[:, 1:] - dst[:, :1]).transpose(0, 2, 1)  # (T, 2, 2), columns e1, e2
     edges_s = (src[:, 1:] - src[:, :1]).transpose(0, 2, 1)
@@ -138,7 +144,8 @@ def prepare_affines(
     linear = edges_s @ inverse
     linear[bad] = 0.0
     offset = src[:, 0] - (linear @ dst[:, 0, :, None])[:, :, 0]
-    offset[bad] = src[bad].mean(axis=1)
+    if bad.any():
+        offset[bad] = src[bad].mean(axis=1)
     coef = np.empty((len(triangles), 3, 2))
     coef[:, 0:2] = linear.transpose(0, 2, 1)  # rows: multiplies x, multiplies y
     coef[:, 2] = offset
@@ -172,7 +179,7 @@ def forward_warp(
     # constant border makes it black.
     luts = np.empty((6, 1, 256), np.float32)
     luts[:, 0, 0] = (0.0, 0.0, -1e4, 0.0, 0.0, -1e4)
-    coef = prepare_affines(triangles, mesh.points, dst)
+    coef = prepare_affines(triangles, mesh.points, dst, mesh.corners)
     luts[:, 0, 1 : n + 1] = coef.transpose(2, 1, 0).reshape(6, n)
 
     xs = np.arange(w, dtype=np.float32)[None, :]
