@@ -84,7 +84,7 @@ def follow_face(prev: np.ndarray, cur: np.ndarray, points: Landmarks68, dense: b
         scale = fx = fy = 1.0
         q0 = p0
     fsize = size * scale
-    win = int(np.clip(fsize * 0.15, 9, 31)) | 1
+    win = int(min(max(fsize * 0.15, 9.0), 31.0)) | 1  # (np.clip on one number: 15 us a face a frame)
     kw = dict(winSize=(win, win), maxLevel=3, criteria=CRITERIA)
     q1, st1, _ = cv2.calcOpticalFlowPyrLK(a, b, q0.reshape(-1, 1, 2), None, **kw)
     if q1 is None:
