@@ -328,6 +328,48 @@ def test_points_carried_by_the_flow_between_the_predictors_turns(engines, make_s
     assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15
 
 
+def test_files_place_every_faces_points_on_the_same_frames_live_by_turns(engines, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # track.landmarks_every 3 on the small clip's several faces. Live (staggered) the faces
+    # take turns, so most frames run the predictor on some of them; a file's tracker runs it
+    # on all of them together on every third frame (one call: its cost is mostly per call).
+    # Each face gets the predictor as often either way, and its points stay as close to
+    # where the predictor puts them on every frame.
+    frames = [f for f, _ in scene_frames(small_scene())]
+    each, _, _ = _points(engines, frames, 1)
+    cfg = Config()
+    track = dataclasses.replace(cfg.track, landmarks_every=3)
+    runs = {}
+    for stagger in (True, False):
+        placed: dict[int, int] = {}
+        real = type(engines.landmarker).forward_many
+        frame_no = [0]
+
+        def counting(self, frame, boxes, placed=placed, real=real, frame_no=frame_no):  # type: ignore[no-untyped-def]
+            placed[frame_no[0]] = placed.get(frame_no[0], 0) + len(boxes)
+            return real(self, frame, boxes)
+
+        monkeypatch.setattr(type(engines.landmarker), "forward_many", counting)
+        tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, cfg.detect, track,
+                          stagger=stagger)
+        out = []
+        for i, f in enumerate(frames):
+            frame_no[0] = i
+            out.append({t.id: t.landmarks.copy() for t in tracker.update(FrameViews(f), i, i / 30)})
+        monkeypatch.setattr(type(engines.landmarker), "forward_many", real)
+        runs[stagger] = (out, placed, tracker.points_carried)
+    (by_turns, turns_placed, turns_carried), (together, together_placed, together_carried) = runs[True], runs[False]
+    assert max(len(f) for f in each) >= 3  # several faces at once
+    # Together: after the first frames, the predictor runs on one frame in three only.
+    late = [i for i in together_placed if i >= 6]
+    assert late and {i % 3 for i in late} == {late[0] % 3}
+    # By turns: it runs on more frames than that, fewer faces each.
+    assert len([i for i in turns_placed if i >= 6]) > 1.5 * len(late)
+    assert together_carried > 0 and abs(together_carried - turns_carried) <= 0.1 * turns_carried
+    for run in (by_turns, together):
+        gaps = _gaps(each, run)
+        assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15
+
+
 def _counted_run(engines, frames, method: str, monkeypatch, **detect):  # type: ignore[no-untyped-def]
     """Each frame's (track id -> points), the calls of DlibHogDetector.`method` (for
     refine_boxes, the boxes given) and the tracker, with detection every 4 frames and the

@@ -203,6 +203,7 @@ class Tracker:
         track: TrackConfig,
         background: bool = False,
         lag: int | None = None,
+        stagger: bool = True,
     ) -> None:
         self.detector = detector
         self.landmarker = landmarker
@@ -230,6 +231,12 @@ class Tracker:
         # Frames between the predictor's placements of a face's points (track.landmarks_every;
         # a live run that falls behind raises it: stream.job.cadence).
         self.landmarks_every = track.landmarks_every
+        # With landmarks_every > 1, the faces take turns (by id), each frame placing the points
+        # of about 1/n of them: a live frame's cost stays even. Without (files), every face's
+        # points are placed on the same frames, in one call of the predictor: its cost a call
+        # is mostly the same for one face as for several (six faces: 6.3 ms at once against
+        # 3 x 2.8 ms by turns), and a file needs throughput, not even frames.
+        self.stagger = stagger
         self.points_carried = 0  # a face's points moved by the flow instead of placed (landmarks_every)
         self.confirmations = 0  # detections that only confirmed a followed face (detect.refine_every)
         self._settled_ids: set[int] = set()  # the tracks the pending detection only confirms
@@ -352,13 +359,14 @@ class Tracker:
     def _place_points(self, frame: FrameViews, seq: int) -> list[Landmarks68]:
         """Each track's points this frame: the predictor's in its box, or, for a face followed
         cleanly between the predictor's turns (track.landmarks_every), its last points moved
-        as the flow moved its picture. The faces take turns (by id), so each frame runs the
-        predictor on about 1/n of them."""
+        as the flow moved its picture. Staggered, the faces take turns (by id), so each frame
+        runs the predictor on about 1/n of them; otherwise all of them on every n-th frame."""
         every = self.landmarks_every
         found: list[Landmarks68 | None] = [None] * len(self.tracks)
         placed = []
         for k, tr in enumerate(self.tracks):
-            if every > 1 and not tr.matched and tr.step is not None and _followed_cleanly(tr) and (seq + tr.id) % every:
+            if every > 1 and not tr.matched and tr.step is not None and _followed_cleanly(tr) \
+                    and (seq + (tr.id if self.stagger else 0)) % every:
                 found[k] = (tr.raw @ tr.step[:, :2].T + tr.step[:, 2]).astype(np.float32)
                 self.points_carried += 1
             else:

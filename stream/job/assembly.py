@@ -86,7 +86,7 @@ def assemble(config: Config, engines: EngineSet, faces: Sequence[object], refere
     background = (config.detect.background if live else config.detect.lag > 0) \
         and config.track.points != "detector"
     tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, config.detect, config.track,
-                      background=background, lag=None if live else config.detect.lag)
+                      background=background, lag=None if live else config.detect.lag, stagger=live)
     if live and isinstance(engines.detector, WarmDetector):
         engines.detector.warm()  # the first faces' judgement: before the camera's first frame
     selector = Selector(config.select, references, engines.embedder, config.pipeline.max_faces)
