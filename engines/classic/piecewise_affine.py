@@ -101,8 +101,8 @@ class SourceMesh:
     points: Points
     triangles: Triangles
     bounds: npt.NDArray[np.float32]
-    # The source side of every warp's maps (`prepare_affines`): each triangle's corners and
-    # edges (float64) and its centroid, computed once.
+    # The source side of every warp's maps (`prepare_affines`): each triangle's corners in
+    # float64, (T, 3, 2), gathered once instead of for every face of every frame.
     corners: npt.NDArray[np.float64] | None = None
 
 
