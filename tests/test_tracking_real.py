@@ -328,7 +328,7 @@ def test_points_carried_by_the_flow_between_the_predictors_turns(engines, make_s
     assert np.mean(gaps) < 0.03 and np.max(gaps) < 0.15
 
 
-def test_files_place_every_faces_points_on_the_same_frames_live_by_turns(engines, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_files_place_every_faces_points_on_the_same_frames_live_by_turns(engines) -> None:  # type: ignore[no-untyped-def]
     # track.landmarks_every 3 on the small clip's several faces. Live (staggered) the faces
     # take turns, so most frames run the predictor on some of them; a file's tracker runs it
     # on all of them together on every third frame (one call: its cost is mostly per call).
@@ -340,22 +340,14 @@ def test_files_place_every_faces_points_on_the_same_frames_live_by_turns(engines
     track = dataclasses.replace(cfg.track, landmarks_every=3)
     runs = {}
     for stagger in (True, False):
-        placed: dict[int, int] = {}
-        real = type(engines.landmarker).forward_many
-        frame_no = [0]
-
-        def counting(self, frame, boxes, placed=placed, real=real, frame_no=frame_no):  # type: ignore[no-untyped-def]
-            placed[frame_no[0]] = placed.get(frame_no[0], 0) + len(boxes)
-            return real(self, frame, boxes)
-
-        monkeypatch.setattr(type(engines.landmarker), "forward_many", counting)
         tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, cfg.detect, track,
                           stagger=stagger)
-        out = []
+        out, placed = [], []  # each frame's points; the frames the predictor placed any on
         for i, f in enumerate(frames):
-            frame_no[0] = i
+            before = engines.landmarker.calls
             out.append({t.id: t.landmarks.copy() for t in tracker.update(FrameViews(f), i, i / 30)})
-        monkeypatch.setattr(type(engines.landmarker), "forward_many", real)
+            if engines.landmarker.calls > before:
+                placed.append(i)
         runs[stagger] = (out, placed, tracker.points_carried)
     (by_turns, turns_placed, turns_carried), (together, together_placed, together_carried) = runs[True], runs[False]
     assert max(len(f) for f in each) >= 3  # several faces at once

@@ -5,6 +5,7 @@ whole frame. Landmarks are given in region coordinates.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -21,9 +22,6 @@ Mask: TypeAlias = npt.NDArray[np.uint8]  # (H, W) uint8, 0..255
 _SHIFT = 4
 _ONE = 1 << _SHIFT
 _OUTLINE = np.r_[np.arange(68)[JAW], np.arange(68)[BROWS]]
-# The outline's indices for each number of points (68, or 68 and the forehead's ten), kept:
-# np.r_ built them afresh in 20 us, a face a frame.
-_OUTLINES: dict[int, npt.NDArray[np.intp]] = {}
 _MIN_STAT_PIXELS = 32  # fewer masked pixels than this give meaningless colour statistics
 _STAT_SAMPLE = 4000  # colour statistics from this many masked pixels or more are subsampled
 # Colour transfer keeps at least 0.7 of the source's luma contrast (its features) and at most
@@ -65,12 +63,11 @@ _t = np.arange(256, dtype=np.float64) / 255.0
 _SMOOTHSTEP = np.round(255.0 * _t * _t * (3.0 - 2.0 * _t)).astype(np.uint8).reshape(1, 256)
 
 
+@functools.cache
 def _outline(points: int) -> npt.NDArray[np.intp]:
-    """The jaw and brows, then every point past the 68th, of `points` landmarks (read only)."""
-    outline = _OUTLINES.get(points)
-    if outline is None:
-        outline = _OUTLINES[points] = np.r_[_OUTLINE, np.arange(68, points)]
-    return outline
+    """The jaw and brows, then every point past the 68th, of `points` landmarks (read only;
+    kept: np.r_ built them afresh in 20 us, a face a frame)."""
+    return np.r_[_OUTLINE, np.arange(68, points)]
 
 
 def prepare_masks(

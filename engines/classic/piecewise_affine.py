@@ -8,6 +8,7 @@ single `cv2.remap`.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -101,9 +102,12 @@ class SourceMesh:
     points: Points
     triangles: Triangles
     bounds: npt.NDArray[np.float32]
-    # The source side of every warp's maps (`prepare_affines`): each triangle's corners in
-    # float64, (T, 3, 2), gathered once instead of for every face of every frame.
-    corners: npt.NDArray[np.float64] | None = None
+
+    @functools.cached_property
+    def corners(self) -> npt.NDArray[np.float64]:
+        """Each triangle's corners in float64, (T, 3, 2): the source side of every warp's
+        maps (`prepare_affines`), gathered once instead of for every face of every frame."""
+        return np.asarray(self.points, np.float64)[self.triangles]
 
 
 def prepare_mesh(image: ImageBGR, points: Points, triangles: Triangles) -> SourceMesh:
@@ -113,8 +117,7 @@ def prepare_mesh(image: ImageBGR, points: Points, triangles: Triangles) -> Sourc
     bounds = np.full((4, 1, 256), -1e4, np.float32)
     bounds[0:2, 0, 1 : len(triangles) + 1] = tri.min(axis=1).T
     bounds[2:4, 0, 1 : len(triangles) + 1] = tri.max(axis=1).T
-    return SourceMesh(image=image, points=pts, triangles=triangles, bounds=bounds,
-                      corners=np.asarray(pts, np.float64)[triangles])
+    return SourceMesh(image=image, points=pts, triangles=triangles, bounds=bounds)
 
 
 def prepare_affines(

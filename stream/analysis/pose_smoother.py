@@ -132,17 +132,21 @@ class PoseShapeSmoother:
             turn = 2 * np.pi * _UNITS
             pose[3] += turn * round((self._pose.x[3] - pose[3]) / turn)
             px = size / _UNITS  # one percent of the face's size, in pixels
-            moved, still = self.agility * px, self.agility * 1.0
-            q = [moved * moved, moved * moved, still * still, still * still]
-            moved, still = self.noise * px, self.noise * 1.0
-            r = [moved * moved, moved * moved, still * still, still * still]
-            smooth_pose = self._pose.step(pose, t - self._t, q, r)
+            smooth_pose = self._pose.step(pose, t - self._t, _variances(self.agility, px),
+                                          _variances(self.noise, px))
         self._t = t
         shape = unit @ _rotation(angle)  # the points in the face's own frame (the template's roll)
         smooth_shape = self.shape(shape * _UNITS, t).astype(np.float64) / _UNITS
         new_size = float(np.exp(smooth_pose[2] / _UNITS))
         out = new_size * smooth_shape @ _rotation(smooth_pose[3] / _UNITS).T + np.array(smooth_pose[:2])
         return out.astype(np.float32)
+
+
+def _variances(std: float, px: float) -> list[float]:
+    """The pose's four variances for a std in percent of the face's size: the centre's in
+    pixels (`px` a percent), the log-scale's and the roll's in percent units."""
+    centre, own = std * px, std * 1.0
+    return [centre * centre, centre * centre, own * own, own * own]
 
 
 def _angle(template: np.ndarray, unit: np.ndarray) -> float:
