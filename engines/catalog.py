@@ -232,5 +232,7 @@ def find(name: str, models_dir: str | os.PathLike[str] | None = None) -> Path:
     path = locate(name, models_dir)
     if path is None:
         folders = ", ".join(str(d) for d in search_dirs(models_dir))
-        raise ModelNotFound(f"model {name!r} ({entry(name).file}) not found in: {folders}")
+        into = f" --models-dir {models_dir}" if models_dir else ""
+        raise ModelNotFound(f"model {name!r} ({entry(name).file}) not found in: {folders} "
+                            f"(`facestream models fetch {name}{into}` downloads it)")
     return path

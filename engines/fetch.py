@@ -44,6 +44,11 @@ class DownloadFailed(EngineError):
         self.reason = reason
 
 
+class NotFetched(EngineError):
+    """No address gave a verified file of one model (one line, every address's reason). A
+    run that fetches several models goes on to the next one."""
+
+
 class _Short(Exception):
     def __init__(self, done: int, total: int) -> None:
         self.done, self.total = done, total
@@ -207,18 +212,18 @@ def fetch_model(entry: ModelEntry, dest: Path, addresses: tuple[Address, ...],
     """`entry`'s file to `dest` from the first of `addresses` that gives a verified file
     (`require_check` off: an address with no checksum is taken as it comes, the user's own).
     `tried(address, reason)` is told of each address that failed before the next is tried.
-    Returns the address used and how it was verified; EngineError (one line, every address's
+    Returns the address used and how it was verified; NotFetched (one line, every address's
     reason) when none did."""
     failures = []
-    for address in addresses:
+    for i, address in enumerate(addresses):
         try:
             return address, fetch_address(address, dest, progress, archives, require_check)
         except DownloadFailed as exc:
             failures.append(f"{address.host}: {exc.reason}")
-            if tried is not None:
+            if tried is not None and i + 1 < len(addresses):
                 tried(address, exc.reason)
     if not failures:
-        raise EngineError(f"model {entry.name!r}: the catalog has no address for {entry.file}; "
-                          f"put it in the models folder yourself, or give --url")
-    raise EngineError(f"model {entry.name!r} ({entry.file}): no address gave a verified file "
-                      f"({'; '.join(failures)})")
+        raise NotFetched(f"model {entry.name!r}: the catalog has no address for {entry.file}; "
+                         f"put it in the models folder yourself, or give --url")
+    raise NotFetched(f"model {entry.name!r} ({entry.file}): no address gave a verified file "
+                     f"({'; '.join(failures)})")

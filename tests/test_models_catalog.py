@@ -78,6 +78,9 @@ def test_search_order_and_missing_message(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(ModelNotFound) as err:
         find("inswapper_128", first)
     assert "inswapper_128.onnx" in str(err.value) and str(env) in str(err.value)
+    assert f"`facestream models fetch inswapper_128 --models-dir {first}` downloads it" in str(err.value)
+    with pytest.raises(ModelNotFound, match=r"\(`facestream models fetch 2dfan4` downloads it\)$"):
+        find("2dfan4")  # no folder of the user's: the fetch puts it where the search looks
     for folder in (user, env, first):  # each earlier folder wins once it holds the file
         folder.mkdir(parents=True)
         (folder / "inswapper_128.onnx").write_bytes(b"x")

@@ -23,6 +23,7 @@ from engines.catalog import CATALOG, DEFAULT_SET, Address, entry
 from engines.errors import EngineError
 from engines.fetch import fetch_model
 from stream.cli.main import main
+from stream.cli.progress import Progress
 from tests.fixtures.http_files import QuietHandler, http_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,6 +191,44 @@ def test_a_bad_download_is_one_line_and_leaves_no_file(server: str, tmp_path: Pa
     assert err[-1].startswith("facestream: error: model 'gfpgan_1.4' (gfpgan_1.4.onnx): no address gave a verified")
     assert pytest.importorskip("re").search(needle, err[-1]), err[-1]
     assert list(folder.iterdir()) == []  # neither the file nor a .part
+
+
+def test_one_bad_model_of_several_does_not_stop_the_others(server: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fetch --all` or several names: a model no address gives is said in one line and the
+    rest are still fetched; the run ends with the summary and one error line, exit 1."""
+    item = CATALOG["2dfan4"]
+    stated = tuple(dataclasses.replace(a, crc32="a948738e") if a.crc32 else a for a in item.addresses)
+    monkeypatch.setitem(CATALOG, "2dfan4", dataclasses.replace(item, addresses=stated))  # the mirror's differs
+    folder = tmp_path / "models"
+    names = ["gfpgan_1.4", "2dfan4", "codeformer"]
+    assert fetch_cli(*names, "--mirror", f"{server}/good", "--models-dir", str(folder)) == 1
+    captured = capsys.readouterr()
+    assert sorted(p.name for p in folder.iterdir()) == ["codeformer.onnx", "gfpgan_1.4.onnx"]  # no .part
+    assert "models: 2 fetched, 0 already present, 1 not fetched" in captured.out
+    err = captured.err.strip().splitlines()
+    assert err[-1].startswith("facestream: error: model '2dfan4' (2dfan4.onnx): no address gave a verified file")
+    assert "expected a948738e" in err[-1] and not any("trying the next address" in line for line in err)
+    # two that fail: each said as it happens, then one line naming both
+    monkeypatch.setitem(CATALOG, "gfpgan_1.4", dataclasses.replace(CATALOG["gfpgan_1.4"], addresses=stated))
+    assert fetch_cli(*names, "--force", "--mirror", f"{server}/good", "--models-dir", str(folder)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("facestream: error: models fetch: 2 of 3 models not fetched (gfpgan_1.4, 2dfan4): "
+                       "each one's reasons are above")
+    assert sum(line.startswith("  model '") for line in err) == 2
+    assert (folder / "gfpgan_1.4.onnx").read_bytes() == BODIES["gfpgan_1.4.onnx"]  # the file it had is kept
+
+
+def test_a_download_in_a_log_is_a_line_a_quarter() -> None:
+    """Not on a terminal, the bar is a line at each quarter it passes: one line for a step
+    over several quarters, and 100% only once the file is whole."""
+    log = io.StringIO()
+    bar = Progress(0, label="m.onnx: ", stream=log, unit="bytes")
+    for done in (100_000, 900_000, 950_000, 999_999, 1_000_000):
+        bar.update(done=done, total=1_000_000)
+    bar.close()
+    percents = [line.split("(")[1].split(")")[0].strip() for line in log.getvalue().splitlines()]
+    assert percents == ["90%", "100%"]
 
 
 @pytest.mark.parametrize("kind", ["cut", "norange"])

@@ -52,8 +52,10 @@ def _fetch_one(args: argparse.Namespace, item: ModelEntry, dest: Path, mirrors: 
         bar.update(done=done, total=total)
 
     def tried(address: Address, reason: str) -> None:
+        nonlocal bar
         bar.close()
         print(f"  {address.host}: {reason}; trying the next address", file=sys.stderr)
+        bar = Progress(0, label=f"{item.file}: ", unit="bytes")  # the next address's download, from its start
 
     try:  # the user's own --url without --sha256 is taken unverified, as they asked
         address, how = fetch_model(item, dest, addresses, progress, archives, tried, require_check=not args.url)
@@ -65,13 +67,14 @@ def _fetch_one(args: argparse.Namespace, item: ModelEntry, dest: Path, mirrors: 
 
 def cmd_models_fetch(args: argparse.Namespace) -> int:
     from engines.catalog import entry, user_models_dir
+    from engines.fetch import NotFetched
 
     names = _names(args)
     folder = Path(args.fetch_dir or args.models_dir or user_models_dir())
     mirrors = args.mirrors or [m.strip() for m in os.environ.get("FACESTREAM_MODEL_MIRRORS", "").split(",")
                                if m.strip()]
     archives: dict[str, Path] = {}
-    fetched, kept = [], []
+    fetched, kept, failed = [], [], []
     try:
         for name in names:
             item = entry(name)
@@ -80,12 +83,24 @@ def cmd_models_fetch(args: argparse.Namespace) -> int:
                 kept.append(name)
                 print(f"{name}: already in {folder} (--force fetches it again)")
                 continue
-            _fetch_one(args, item, dest, mirrors, archives)
+            try:
+                _fetch_one(args, item, dest, mirrors, archives)
+            except NotFetched as exc:  # the others are still worth having: said now, and at the end
+                if len(names) > 1:
+                    print(f"  {exc}", file=sys.stderr)
+                failed.append((name, exc))
+                continue
             fetched.append(name)
     finally:
         for archive in archives.values():
             archive.unlink(missing_ok=True)
-    print(f"models: {len(fetched)} fetched, {len(kept)} already present, in {folder}")
+    print(f"models: {len(fetched)} fetched, {len(kept)} already present"
+          + (f", {len(failed)} not fetched" if failed else "") + f", in {folder}")
+    if len(failed) == 1:
+        raise failed[0][1]
+    if failed:
+        raise CliError(f"models fetch: {len(failed)} of {len(names)} models not fetched "
+                       f"({', '.join(n for n, _ in failed)}): each one's reasons are above")
     return 0
 
 

@@ -40,7 +40,8 @@ class Progress:
                 self.stream.write("\r" + self.line(now))
                 self.stream.flush()
         elif self.total and self.done >= self._next_quarter * self.total:
-            self._next_quarter += 0.25
+            while self._next_quarter <= 1.0 and self.done >= self._next_quarter * self.total:
+                self._next_quarter += 0.25  # one line, however many quarters this step passed
             self.stream.write(self.line(now) + "\n")
             self.stream.flush()
 
@@ -51,7 +52,7 @@ class Progress:
             mb, rate = self.done / 1e6, self.done / 1e6 / elapsed
             if self.total:
                 return (f"{self.label}{mb:.1f} / {self.total / 1e6:.1f} MB "
-                        f"({100 * self.done / self.total:3.0f}%)  {rate:.1f} MB/s")
+                        f"({100 * self.done // self.total:3d}%)  {rate:.1f} MB/s")  # 100% once whole
             return f"{self.label}{mb:.1f} MB  {rate:.1f} MB/s"
         fps = self.done / elapsed
         if self.total:
