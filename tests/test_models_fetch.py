@@ -231,6 +231,25 @@ def test_a_download_in_a_log_is_a_line_a_quarter() -> None:
     assert percents == ["90%", "100%"]
 
 
+def test_a_folder_of_models_is_a_mirror(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A copy of the files on this machine (a share, a disk from another machine): its path or
+    its file:// URL, checked as any mirror is (here by the .hash beside each file)."""
+    share = tmp_path / "share"
+    share.mkdir()
+    for name in ("gfpgan_1.4", "codeformer"):
+        body = BODIES[entry(name).file]
+        (share / entry(name).file).write_bytes(body)
+        (share / f"{name}.hash").write_text(crc(body))
+    folder = tmp_path / "models"
+    assert fetch_cli("gfpgan_1.4", "--mirror", str(share), "--models-dir", str(folder)) == 0
+    assert fetch_cli("codeformer", "--mirror", share.as_uri(), "--models-dir", str(folder)) == 0
+    assert all((folder / entry(n).file).read_bytes() == BODIES[entry(n).file] for n in ("gfpgan_1.4", "codeformer"))
+    assert capsys.readouterr().out.count("CRC32 verified") == 2
+    (share / "gfpgan_1.4.hash").write_text("00000000")
+    assert fetch_cli("gfpgan_1.4", "--force", "--mirror", str(share), "--models-dir", str(folder)) == 1
+    assert "CRC32" in capsys.readouterr().err and (folder / "gfpgan_1.4.onnx").exists()  # the good copy stays
+
+
 @pytest.mark.parametrize("kind", ["cut", "norange"])
 def test_a_dropped_connection_is_resumed_or_restarted(server: str, tmp_path: Path, kind: str) -> None:
     folder = tmp_path / "models"
@@ -331,6 +350,8 @@ def test_models_lists_licences_and_what_the_default_set_lacks(tmp_path: Path, ca
     (["inswapper_128", "--all"], "names or --all"),
     (["inswapper_128", "2dfan4", "--url", "http://x/y"], "exactly one"),
     (["inswapper_128", "--sha256", "00"], "goes with --url"),
+    (["inswapper_128", "--mirror", "no/such/folder"], "--mirror 'no/such/folder': not an http://, https:// or"),
+    (["inswapper_128", "--mirror", "ftp://host/models"], "--mirror 'ftp://host/models': not an http://"),
 ])
 def test_bad_fetch_arguments_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str],
                                           needle: str) -> None:

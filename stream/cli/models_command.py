@@ -34,6 +34,19 @@ def _names(args: argparse.Namespace) -> list[str]:
     return names
 
 
+MIRROR_SCHEMES = ("http://", "https://", "file://")
+
+
+def _mirror(text: str) -> str:
+    """A mirror as a URL: http(s) and file URLs as given, a folder's path as its file:// URL;
+    anything else is one line naming it."""
+    if text.lower().startswith(MIRROR_SCHEMES):
+        return text
+    if "://" not in text and Path(text).is_dir():
+        return Path(text).resolve().as_uri()
+    raise CliError(f"models fetch --mirror {text!r}: not an http://, https:// or file:// URL, nor a folder")
+
+
 def _fetch_one(args: argparse.Namespace, item: ModelEntry, dest: Path, mirrors: list[str],
                archives: dict[str, Path]) -> None:
     from engines.catalog import Address, mirror_addresses
@@ -71,8 +84,8 @@ def cmd_models_fetch(args: argparse.Namespace) -> int:
 
     names = _names(args)
     folder = Path(args.fetch_dir or args.models_dir or user_models_dir())
-    mirrors = args.mirrors or [m.strip() for m in os.environ.get("FACESTREAM_MODEL_MIRRORS", "").split(",")
-                               if m.strip()]
+    mirrors = [_mirror(m) for m in args.mirrors or [m.strip() for m in os.environ.get(
+        "FACESTREAM_MODEL_MIRRORS", "").split(",") if m.strip()]]
     archives: dict[str, Path] = {}
     fetched, kept, failed = [], [], []
     try:

@@ -293,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("names", nargs="*", metavar="NAME", help="catalog names, e.g. inswapper_128")
     fetch.add_argument("--all", action="store_true", help="every model of the catalog")
     fetch.add_argument("--mirror", dest="mirrors", action="append", default=[], metavar="URL",
-                       help="a mirror of your own instead of the public addresses: URL/<file>, verified by the "
+                       help="a mirror of your own instead of the public addresses: URL/<file> (http, https "
+                            "or file; a folder's path is taken as its file:// URL), verified by the "
                             "catalog's sha256 or by URL/<name>.hash (repeatable, tried in order; also "
                             "$FACESTREAM_MODEL_MIRRORS, comma-separated)")
     fetch.add_argument("--url", help="download one named model from this URL instead (your own address)")
