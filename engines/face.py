@@ -21,6 +21,15 @@ NOSE = slice(27, 36)
 EYES = slice(36, 48)
 OUTER_LIPS = slice(48, 60)
 INNER_LIPS = slice(60, 68)
+# The face's areas by their 68 points (FaceFusion's published index lists), each the convex
+# hull of its points: `mask.types area` swaps only the areas chosen (the neural swappers'
+# crop mask, engines.models.masks.area_mask; the classical swapper's warp, which leaves the
+# others' target pixels in place).
+AREAS: dict[str, tuple[int, ...]] = {
+    "upper-face": (0, 1, 2, 31, 32, 33, 34, 35, 14, 15, 16, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17),
+    "lower-face": (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 35, 34, 33, 32, 31),
+    "mouth": tuple(range(48, 68)),
+}
 
 
 @dataclass(frozen=True, eq=False)

@@ -99,23 +99,30 @@ def _verified(detector: Detector, verify: bool) -> Detector:
 
 
 def _build_dlib(detect: DetectSettings, swap: ClassicalOptions, models: ModelSettings,
-                runtime: RuntimeFactory, mask: MaskSettings | None = None) -> EngineSet:
+                runtime: RuntimeFactory, mask: MaskSettings | None = None, *,
+                why: str = "the embedded default") -> EngineSet:
     from engines.classic.swapper import ClassicalSwapper
     from engines.dlib.detector import DlibHogDetector
     from engines.dlib.embedder import DlibEmbedder
     from engines.dlib.landmarker import DlibLandmarker
+    from engines.face import AREAS
 
+    types = list(mask.types) if mask is not None else []
+    # The 68-point areas need no model: the classical swapper keeps those left out of mask.areas.
+    kept = [a for a in AREAS if mask is not None and a not in mask.areas] if "area" in types else []
+    others = [t for t in types if t != "area"]
     return EngineSet(
         name="dlib",
         detector=_verified(DlibHogDetector(detect.max_side, detect.upsample, max_upscale=detect.max_upscale,
                                            refine=detect.refine), detect.verify),
         landmarker=DlibLandmarker(),
         embedder=DlibEmbedder(),
-        swapper=ClassicalSwapper(swap),
+        swapper=ClassicalSwapper(swap, keep_areas=kept),
         photo_detector=_photo_detector(),
-        note="engine: dlib (the embedded default)" + (
-            "; mask.types are the neural swappers' (the classical swapper finds occluders itself)"
-            if mask is not None and mask.types else ""),
+        note=f"engine: dlib ({why})" + (
+            f"; mask area: the target's own {', '.join(kept)} kept" if kept else "") + (
+            f"; mask {', '.join(others)}: the neural swappers' (the classical swapper finds occluders itself)"
+            if others else ""),
     )
 
 
@@ -208,9 +215,8 @@ def _build_auto(detect: DetectSettings, swap: ClassicalOptions, models: ModelSet
     _, missing = _neural_files(models, mask)
     if not missing:
         return _build_neural(detect, swap, models, runtime, mask)
-    chosen = _build_dlib(detect, swap, models, runtime)
-    chosen.note = f"engine: dlib (the neural set is incomplete: {', '.join(missing)} not found)"
-    return chosen
+    return _build_dlib(detect, swap, models, runtime, mask,
+                       why=f"the neural set is incomplete: {', '.join(missing)} not found")
 
 
 Builder = Callable[[DetectSettings, ClassicalOptions, ModelSettings, RuntimeFactory, "MaskSettings | None"],

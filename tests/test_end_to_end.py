@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
+from engines.frame_views import FrameViews
 from stream.cli.main import main
 from stream.job.runs import run_video
 from stream.runtime.cores import set_blas_threads
@@ -80,6 +81,39 @@ def test_frames_without_faces_are_unchanged(face_clip: Path, swapped: Path) -> N
     # and the frames with faces did change, where the faces are
     diff = np.abs(before[2].astype(np.int16) - after[2].astype(np.int16)).mean(axis=2)
     assert (diff > 20).mean() > 0.01
+
+
+def diff(a: np.ndarray, b: np.ndarray, where: np.ndarray) -> float:
+    """The mean absolute difference of two pictures over the pixels `where`."""
+    return float(np.abs(a[where].astype(int) - b[where]).mean())
+
+
+def test_mask_area_keeps_each_targets_own_mouth_on_the_embedded_default(
+        face_clip: Path, swapped: Path, source_photo: Path, tmp_path: Path, identity: Identity,
+        capsys: pytest.CaptureFixture) -> None:
+    """`--mask area --mask-areas upper-face,lower-face` with no neural model (the default engine
+    falls back to dlib): every face's own mouth stays as it was, the rest is swapped."""
+    out = tmp_path / "mouth.mp4"
+    assert main(["swap", "--source", str(source_photo), "--input", str(face_clip), "--output", str(out),
+                 "--crf", "0", "--x264-preset", "ultrafast", "--detect-every", "4",
+                 "--mask", "area", "--mask-areas", "upper-face,lower-face"]) == 0
+    assert "mask area: the target's own mouth kept" in capsys.readouterr().out
+    before, plain, kept = decode_all(face_clip), decode_all(swapped), decode_all(out)
+    mouths = faces = 0
+    for i in range(FACE_FRAMES):
+        for box in identity.boxes(before[i]):
+            points = identity.lm.forward(FrameViews(before[i]), box)
+            mouth = np.zeros(before[i].shape[:2], np.uint8)
+            cv2.fillConvexPoly(mouth, cv2.convexHull(np.round(points[48:68]).astype(np.int32)), 255)
+            inner = cv2.erode(mouth, np.ones((5, 5), np.uint8)) > 0  # this frame's points, not the tracker's
+            x0, y0, x1, y1 = (int(v) for v in box)
+            face = np.zeros_like(inner)
+            face[y0:y1, x0:x1] = True
+            face &= cv2.dilate(mouth, np.ones((15, 15), np.uint8)) == 0
+            faces += 1
+            mouths += diff(kept[i], before[i], inner) < 2.0 < 10.0 < diff(plain[i], before[i], inner)
+            assert diff(kept[i], before[i], face) > 5.0  # the rest of the face is swapped
+    assert faces >= 3 * FACE_FRAMES - 2 and mouths >= faces - 2, (mouths, faces)
 
 
 def test_stats_json_reports_the_run(swapped: Path) -> None:

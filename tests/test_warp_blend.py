@@ -333,12 +333,12 @@ def set_mouth(points: np.ndarray, gap: float) -> np.ndarray:
 
 
 def swap_painted(frame: np.ndarray, points: np.ndarray, region: np.ndarray, options: ClassicalOptions,
-                 source: SourceFace) -> tuple[np.ndarray, np.ndarray]:
+                 source: SourceFace, keep_areas: tuple[str, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
     """`frame` with `region` painted a dark red nothing in the source has, before and after a
-    swap of the face on `points` with `options`."""
+    swap of the face on `points` with `options` (and the target's `keep_areas` kept)."""
     frame[region] = (40, 0, 160)
     before = frame.copy()
-    swapper = ClassicalSwapper(options)
+    swapper = ClassicalSwapper(options, keep_areas=keep_areas)
     face = face_of(points)
     swapper.paste(frame, face, swapper.forward(frame, face, source))
     return before, frame
@@ -393,6 +393,36 @@ def test_keep_lips_keeps_the_targets_lips_under_a_wider_open_source_mouth(astro,
     away = cv2.dilate(lips.astype(np.uint8), np.ones((2 * edge + 1,) * 2, np.uint8)) == 0
     change = np.abs(after[away].astype(np.int16) - plain[away]).max(axis=1)
     assert change.mean() < 1.0
+
+
+def hull_of(points: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The pixels well inside the convex hull of `points` (eroded by 2 px)."""
+    region = np.zeros(shape[:2], np.uint8)
+    cv2.fillConvexPoly(region, cv2.convexHull(np.round(points).astype(np.int32)), 255)
+    return cv2.erode(region, np.ones((5, 5), np.uint8)) > 0
+
+
+@pytest.mark.parametrize(("keep", "mouth_kept", "eyes_kept"), [
+    (("mouth",), True, False),  # mask area, areas upper-face and lower-face: the target's own mouth
+    (("upper-face",), False, True),  # its eyes and brows instead
+    ((), False, False),  # every area swapped, as without a mask
+])
+def test_mask_areas_keep_the_targets_own_areas(astro, source, keep, mouth_kept, eyes_kept):
+    """`mask.types area` on the classical swapper: each area left out of `mask.areas` keeps
+    the target's pixels exactly (no model: its 68 points), the rest is swapped."""
+    frame, points = move(astro, similarity(scale=1.3))
+    points = set_mouth(points, 0.0)  # closed: the open-mouth cut (keep_mouth) plays no part
+    mouth, eyes = hull_of(points[48:68], frame.shape), hull_of(points[36:42], frame.shape) | hull_of(
+        points[42:48], frame.shape)
+    before, after = swap_painted(frame, points, mouth | eyes, ClassicalOptions(), source, keep_areas=keep)
+    assert mouth.sum() > 150 and eyes.sum() > 40
+    assert_kept(before, after, mouth, mouth_kept)
+    assert_kept(before, after, eyes, eyes_kept)
+
+
+def test_an_unknown_mask_area_is_one_line():
+    with pytest.raises(ValueError, match="unknown mask area 'chin'; known: upper-face, lower-face, mouth"):
+        ClassicalSwapper(keep_areas=("chin",))
 
 
 def test_closed_mouth_is_not_cut_out(astro):

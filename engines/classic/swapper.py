@@ -41,7 +41,7 @@ from engines.classic.piecewise_affine import (
     prepare_triangulation,
 )
 from engines.errors import EngineError
-from engines.face import BROWS, OUTER_LIPS, Face, ImageBGR, Landmarks68, SwapResult
+from engines.face import AREAS, BROWS, OUTER_LIPS, Face, ImageBGR, Landmarks68, SwapResult
 from engines.geometry.face_align import fit_similarity
 from engines.geometry.measures import face_size, face_turn, mouth_open_ratio
 from engines.protocols import BatchSpec
@@ -382,6 +382,16 @@ def _without_lips(valid: npt.NDArray[np.uint8], landmarks: Landmarks68) -> npt.N
     return cv2.bitwise_and(valid, cv2.bitwise_not(lips))
 
 
+def _without_areas(valid: npt.NDArray[np.uint8], landmarks: Landmarks68,
+                   areas: Sequence[tuple[int, ...]]) -> npt.NDArray[np.uint8]:
+    """`valid` (region pixels) less each area's hull (its 68-point indices, engines.face.AREAS):
+    there the target's own pixels stay exactly, and the mask's soft edge lies outside it."""
+    out = valid.copy()
+    for index in areas:
+        cv2.fillConvexPoly(out, cv2.convexHull(np.round(landmarks[list(index)]).astype(np.int32)), 0)
+    return out
+
+
 class ClassicalSwapper:
     """Landmark-driven piecewise-affine face swap with colour transfer and soft/Poisson blend."""
 
@@ -391,8 +401,18 @@ class ClassicalSwapper:
     # costliest a face first: the squeezed-triangle sampling, shading, lip colour, detail.
     optional_steps = ("resample", "shading", "lip_color", "detail")
 
-    def __init__(self, config: ClassicalOptions | None = None) -> None:
+    def __init__(self, config: ClassicalOptions | None = None, keep_areas: Sequence[str] = ()) -> None:
+        """`keep_areas`: the face's areas (engines.face.AREAS: upper-face, lower-face, mouth)
+        whose target pixels are kept, not swapped (`mask.types area`, the areas left out of
+        `mask.areas`): keeping the mouth keeps the target's own lips and teeth, live."""
         self.config = config or ClassicalOptions()
+        unknown = [a for a in keep_areas if a not in AREAS]
+        if unknown:
+            raise ValueError(f"unknown mask area {unknown[0]!r}; known: {', '.join(AREAS)}")
+        self.keep_areas = tuple(keep_areas)
+        self._kept = tuple(AREAS[a] for a in self.keep_areas)
+        # Lips the target keeps need no colour of their own.
+        self._own_lips = bool({"mouth", "lower-face"} & set(self.keep_areas))
         self.calls = 0  # faces warped (the swap itself)
         self.pastes = 0
         self.skipped = 0  # faces with no usable region (off-frame, degenerate landmarks)
@@ -509,6 +529,8 @@ class ClassicalSwapper:
         if self.config.keep_lips and \
                 mouth_open_ratio(source.landmarks[:68]) - mouth_open_ratio(lm) >= LIPS_MARGIN:
             valid = _without_lips(valid, lm - origin)
+        if self._kept:
+            valid = _without_areas(valid, lm - origin, self._kept)
         if cv2.countNonZero(valid) == 0:
             self.skipped += 1
             return None
@@ -583,7 +605,8 @@ class ClassicalSwapper:
             matrix = self._measured(face, "color", lambda: color_matrix(patch, roi, masks.core))
             if matrix is not None:
                 patch = apply_color(patch, matrix)
-            lips = lip_band(lm[:68], patch.shape) if cfg.lip_color and "lip_color" not in skip else None
+            lips = lip_band(lm[:68], patch.shape) \
+                if cfg.lip_color and "lip_color" not in skip and not self._own_lips else None
             if lips is not None:
                 shift = self._measured(face, "lips", lambda: lip_shift(patch, roi, lips, masks.alpha, masks.core))
                 patch = shift_lips(patch, lips, shift)

@@ -32,16 +32,11 @@ import numpy.typing as npt
 
 from engines.backends.base import InferenceRuntime
 from engines.errors import EngineError
+from engines.face import AREAS
 
 Mask = npt.NDArray[np.float32]  # (S, S) in 0..1, crop space
 
 MASK_TYPES = ("box", "occlusion", "area", "region")
-# The 68-point areas (FaceFusion's published index lists).
-AREAS: dict[str, tuple[int, ...]] = {
-    "upper-face": (0, 1, 2, 31, 32, 33, 34, 35, 14, 15, 16, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17),
-    "lower-face": (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 35, 34, 33, 32, 31),
-    "mouth": tuple(range(48, 68)),
-}
 # The face parser's classes (CelebAMask-HQ's order, as the BiSeNet exports use it).
 REGIONS: dict[str, int] = {"skin": 1, "left-eyebrow": 2, "right-eyebrow": 3, "left-eye": 4, "right-eye": 5,
                            "glasses": 6, "nose": 10, "mouth": 11, "upper-lip": 12, "lower-lip": 13}

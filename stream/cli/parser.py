@@ -47,8 +47,9 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
                    help=f"the neural swapper (models.swapper; default inswapper_128): {', '.join(SWAPPER_NAMES)}; "
                         f"`facestream models fetch NAME` gets its file")
     g.add_argument("--mask", metavar="TYPES",
-                   help=f"face masks of the neural swappers (mask.types), comma-separated: {', '.join(MASK_TYPES)} "
-                        f"(occlusion needs an XSeg file, region a BiSeNet file; area is made from the landmarks)")
+                   help=f"face masks (mask.types), comma-separated: {', '.join(MASK_TYPES)} (occlusion needs an "
+                        f"XSeg file, region a BiSeNet file: the neural swappers'; area is made from the "
+                        f"landmarks, on the embedded default too)")
     g.add_argument("--mask-areas", metavar="NAMES",
                    help=f"with --mask area: the areas swapped (mask.areas; {', '.join(AREAS)}: leave mouth out "
                         f"to keep the target's own mouth)")
