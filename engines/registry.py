@@ -109,8 +109,10 @@ def _build_dlib(detect: DetectSettings, swap: ClassicalOptions, models: ModelSet
 
     types = list(mask.types) if mask is not None else []
     # The 68-point areas need no model: the classical swapper keeps those left out of mask.areas.
+    # Its occlusion mask is its own finder (SwapJob turns track.occlusion on for it); box and
+    # region are the neural swappers' only.
     kept = [a for a in AREAS if mask is not None and a not in mask.areas] if "area" in types else []
-    others = [t for t in types if t != "area"]
+    others = [t for t in types if t not in ("area", "occlusion")]
     return EngineSet(
         name="dlib",
         detector=_verified(DlibHogDetector(detect.max_side, detect.upsample, max_upscale=detect.max_upscale,
@@ -121,8 +123,9 @@ def _build_dlib(detect: DetectSettings, swap: ClassicalOptions, models: ModelSet
         photo_detector=_photo_detector(),
         note=f"engine: dlib ({why})" + (
             f"; mask area: the target's own {', '.join(kept)} kept" if kept else "") + (
-            f"; mask {', '.join(others)}: the neural swappers' (the classical swapper finds occluders itself)"
-            if others else ""),
+            "; mask occlusion: the classical swapper's own occlusion finder (track.occlusion)"
+            if "occlusion" in types else "") + (
+            f"; mask {', '.join(others)}: the neural swappers' only" if others else ""),
     )
 
 

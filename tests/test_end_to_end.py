@@ -116,6 +116,21 @@ def test_mask_area_keeps_each_targets_own_mouth_on_the_embedded_default(
     assert faces >= 3 * FACE_FRAMES - 2 and mouths >= faces - 2, (mouths, faces)
 
 
+@pytest.mark.parametrize("masks, finder", [("occlusion", True), ("area", False)])
+def test_mask_occlusion_on_the_embedded_default_runs_its_own_finder(source_photo: Path, masks: str,
+                                                                   finder: bool) -> None:
+    """`fast` has the classical occlusion finder off; `--mask occlusion` with the dlib engine
+    turns it on for that job (the preset itself is left as it was)."""
+    from stream.config import load_config
+    from stream.job.swap_job import SwapJob
+
+    cfg = load_config("fast", [f"mask.types={masks}", "engine=dlib"])
+    job = SwapJob(cfg, [str(source_photo)])
+    job.open()
+    assert job.config.track.occlusion is finder and cfg.track.occlusion is False
+    assert ("the classical swapper's own occlusion finder" in job.engines.note) is finder
+
+
 def test_stats_json_reports_the_run(swapped: Path) -> None:
     rep = json.loads(swapped.with_suffix(".json").read_text())
     assert rep["frames"] == CLIP_FRAMES

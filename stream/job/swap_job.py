@@ -3,7 +3,7 @@ prepared once. The runs themselves are in `stream.job.runs`."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cv2
 import numpy as np
@@ -84,6 +84,10 @@ class SwapJob:
         self.engines = build_engines(cfg.engine, detect=cfg.detect, swap=cfg.swap, models=cfg.models, mask=cfg.mask,
                                      runtime=runtimes)
         self.notes.append(self.engines.note)
+        if self.engines.name == "dlib" and "occlusion" in cfg.mask.types and not cfg.track.occlusion:
+            # The classical swapper's occlusion mask is its own finder: asked for, it runs
+            # whatever the preset says (`fast` has it off).
+            self.config = cfg = replace(cfg, track=replace(cfg.track, occlusion=True))
         self.engines.open()
         if cfg.enhance.enabled:  # loaded only when asked for
             from engines.models.enhancers import enhancer_profile
