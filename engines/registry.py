@@ -109,9 +109,9 @@ def _build_dlib(detect: DetectSettings, swap: ClassicalOptions, models: ModelSet
 
     types = list(mask.types) if mask is not None else []
     # The 68-point areas need no model: the classical swapper keeps those left out of mask.areas.
-    # Its occlusion mask is its own finder (SwapJob turns track.occlusion on for it); box and
-    # region are the neural swappers' only.
-    kept = [a for a in AREAS if mask is not None and a not in mask.areas] if "area" in types else []
+    # Its occlusion mask is its own finder (SwapJob turns track.occlusion on for a swapper that
+    # `cuts_occluders`); box and region are the neural swappers' only.
+    kept = [a for a in AREAS if a not in mask.areas] if mask is not None and "area" in types else []
     others = [t for t in types if t not in ("area", "occlusion")]
     return EngineSet(
         name="dlib",

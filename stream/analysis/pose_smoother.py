@@ -145,8 +145,8 @@ class PoseShapeSmoother:
 def _variances(std: float, px: float) -> list[float]:
     """The pose's four variances for a std in percent of the face's size: the centre's in
     pixels (`px` a percent), the log-scale's and the roll's in percent units."""
-    centre, own = std * px, std * 1.0
-    return [centre * centre, centre * centre, own * own, own * own]
+    centre = std * px
+    return [centre * centre, centre * centre, std * std, std * std]
 
 
 def _angle(template: np.ndarray, unit: np.ndarray) -> float:

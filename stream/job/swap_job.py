@@ -84,9 +84,10 @@ class SwapJob:
         self.engines = build_engines(cfg.engine, detect=cfg.detect, swap=cfg.swap, models=cfg.models, mask=cfg.mask,
                                      runtime=runtimes)
         self.notes.append(self.engines.note)
-        if self.engines.name == "dlib" and "occlusion" in cfg.mask.types and not cfg.track.occlusion:
-            # The classical swapper's occlusion mask is its own finder: asked for, it runs
-            # whatever the preset says (`fast` has it off).
+        if getattr(self.engines.swapper, "cuts_occluders", False) and "occlusion" in cfg.mask.types \
+                and not cfg.track.occlusion:
+            # A swapper that cuts the tracker's occluders (the classical one) has that finder as
+            # its occlusion mask: asked for, it runs whatever the preset says (`fast`: off).
             self.config = cfg = replace(cfg, track=replace(cfg.track, occlusion=True))
         self.engines.open()
         if cfg.enhance.enabled:  # loaded only when asked for
