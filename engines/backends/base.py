@@ -7,6 +7,7 @@ plus one entry in `runtime_registry.RUNTIMES`, and no model class changes.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -68,6 +69,20 @@ def open_expecting(runtime: Any, what: str, kept: tuple[type[BaseException], ...
         raise EngineError(f"{exc}; expected {what}") from exc
 
 
+DEVICES = ("AUTO", "CPU", "GPU", "NPU")  # what `runtime.device` accepts (GPU and NPU with an index: GPU.1)
+_DEVICE = re.compile(r"^(AUTO|CPU|(GPU|NPU)(\.\d+)?)$")
+
+
+def normalize_device(text: str) -> str:
+    """'gpu.1' -> 'GPU.1'; a ValueError quoting anything else and listing what is accepted."""
+    device = str(text).strip().upper()
+    if not _DEVICE.match(device):
+        raise ValueError(f"runtime.device {text!r} is not an OpenVINO device; accepted: {', '.join(DEVICES)} "
+                         f"(GPU and NPU may take an index, e.g. GPU.1)")
+    return device
+
+
+
 def parse_size(text: str) -> int:
     """'1.5G', '800M', '2GB', '1073741824' -> bytes; ValueError with the accepted forms."""
     t = text.strip().upper().removesuffix("B").removesuffix("I")
@@ -86,7 +101,9 @@ def parse_size(text: str) -> int:
 class RuntimeOptions:
     """Which runtime runs the models, and how (the `runtime:` section of a config)."""
 
-    kind: str = "onnxruntime"  # a name in RUNTIMES
+    # a name in RUNTIMES, or auto: ONNX Runtime, with each model on the CPU runtime its INT8
+    # report measured faster on this CPU (engines.quantize.choose)
+    kind: str = "auto"
     providers: str | list[str] = "auto"  # ONNX Runtime: "auto", a short name ("cuda"), or a list
     intra_threads: int = 0  # CPU threads per model; 0: the machine's core count
     device_id: int = 0  # the GPU to run on
@@ -103,6 +120,9 @@ class RuntimeOptions:
     # those up), and how long a call waits for an answer, a server gone included
     triton_urls: list[str] = field(default_factory=list)
     triton_timeout: float = 30.0
+    # OpenVINO (kind "openvino") only: CPU, GPU (an Intel GPU; GPU.1 the second), NPU, or AUTO:
+    # OpenVINO's own pick among what it sees (an iGPU where there is one, else the CPU)
+    device: str = "AUTO"
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-provider options
 
     def __post_init__(self) -> None:
@@ -130,6 +150,7 @@ class RuntimeOptions:
         timeout = self.triton_timeout
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise ValueError(f"runtime.triton_timeout must be a positive number of seconds, got {timeout!r}")
+        self.device = normalize_device(self.device)
         raw = self.trt_dim_range  # a YAML list arrives as a list
         dims = tuple(raw) if isinstance(raw, (list, tuple)) else ()
         if len(dims) != 3 or not all(isinstance(d, int) for d in dims) or not 1 <= dims[0] <= dims[1] <= dims[2]:

@@ -61,7 +61,22 @@ def check_packages() -> list[Finding]:
                              version is not None, f"pip install {pip_name}", required))
     if _version("cv2") is not None:
         found.append(_opencv_dispatch())
+    found.append(_int8_instructions())
     return found
+
+
+def _int8_instructions() -> Finding:
+    """Whether this CPU runs INT8 models fast (VNNI, AMX, Arm dot product): what
+    `--precision auto` reads before it picks an INT8 file (engines.quantize.choose)."""
+    from engines.cpu_features import cpu_features
+
+    cpu = cpu_features()
+    if cpu.int8_fast:
+        return Finding("python", "cpu int8", f"{', '.join(cpu.int8)}: --precision auto runs the INT8 files that "
+                       f"passed their budget (`facestream models quantize NAME`)", True)
+    return Finding("python", "cpu int8", f"no VNNI, AMX or Arm dot product ({cpu.model}): --precision auto keeps "
+                   f"the float files; --precision int8 runs INT8 files anyway, often no faster", False,
+                   "none needed: float runs as before")
 
 
 def _opencv_dispatch() -> Finding:
@@ -94,6 +109,7 @@ def check_gpu(config: Config) -> tuple[list[Finding], object | None]:
     out.append(Finding("gpu", "onnxruntime providers", ", ".join(p.removesuffix("ExecutionProvider")
                                                                  for p in providers) or "none",
                        bool(gpu_providers), "for the GPU: pip uninstall onnxruntime && pip install onnxruntime-gpu"))
+    out.append(check_openvino(config))
     device = device_memory(config.runtime.device_id)
     if device is None:
         out.append(Finding("gpu", "CUDA device", "none found: the models run on the CPU", False,
@@ -103,6 +119,29 @@ def check_gpu(config: Config) -> tuple[list[Finding], object | None]:
                            f"{device.total / 2**30:.1f} GB", True))
         out.append(_pinned_memory())
     return out, device
+
+
+def check_openvino(config: Config) -> Finding:
+    """OpenVINO (`--runtime openvino`): its version, the devices it sees, and the one a run
+    with this config's runtime.device would use."""
+    from engines.backends.openvino import INSTALL, OpenVinoUnavailable, auto_choice, device_seen, devices
+
+    try:
+        seen = devices()
+    except OpenVinoUnavailable:
+        return Finding("gpu", "openvino", "not installed (--runtime openvino: laptop CPUs, Intel GPUs, NPUs)",
+                       False, INSTALL)
+    except Exception as exc:  # noqa: BLE001 - installed but broken: the doctor reports it
+        return Finding("gpu", "openvino", f"installed, but cannot list its devices ({exc})", False,
+                       "pip install --force-reinstall openvino")
+    names = [name for name, _ in seen]
+    version = (_version("openvino") or "").split("-")[0]
+    listed = ", ".join(f"{name} ({full})" if full and name != "CPU" else name for name, full in seen) or "no device"
+    wanted = config.runtime.device
+    use = f"AUTO, here {auto_choice(names)}" if wanted == "AUTO" else wanted
+    ok = device_seen(wanted, names)
+    return Finding("gpu", "openvino", f"{version}, sees {listed}; --runtime openvino would use {use}"
+                   + ("" if ok else " (not seen)"), ok, f"--device {auto_choice(names)}, a device it sees")
 
 
 def _pinned_memory() -> Finding:
