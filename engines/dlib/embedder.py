@@ -1,9 +1,10 @@
 """dlib's 128-d ResNet face embedding (about 12 ms a face on one core, mostly off the GIL).
 
 dlib aligns the face's 150x150 chip from its 68 points (`dlib.get_face_chip`, as its own
-`compute_face_descriptor` does); the network itself runs with numpy from dlib's own weights
-(engines.dlib.resnet: dlib's answer to within 3e-7, in a fifth of its time). The tracklet
-cache computes it once per track, never per frame.
+`compute_face_descriptor` does); the network itself runs from dlib's own weights, by ONNX
+Runtime from their ONNX export where it is installed (engines.dlib.onnx_embedding, about half
+the numpy port's time), else with numpy (engines.dlib.resnet: dlib's answer to within 3e-7,
+in a fifth of dlib's time). The tracklet cache computes it once per track, never per frame.
 """
 from __future__ import annotations
 

@@ -63,7 +63,8 @@ def own_hog_detector() -> Any:
 def shared_model(kind: str) -> tuple[Any, threading.Lock]:
     """dlib's model of `kind` ("landmarks", "embedding" or "hog": the frontal face detector
     built into dlib), loaded once per process, and the lock its calls take. The embedding's
-    is dlib's ResNet run with numpy (engines.dlib.resnet), the landmarks' dlib's shape
+    is dlib's ResNet run by ONNX Runtime from its ONNX export, or with numpy where that is
+    not installed (engines.dlib.onnx_embedding, engines.dlib.resnet), the landmarks' dlib's shape
     predictor run with numpy (engines.dlib.shape): neither needs the lock, their runs keep
     nothing between calls, so they may overlap.
 
@@ -87,9 +88,9 @@ def shared_model(kind: str) -> tuple[Any, threading.Lock]:
                     from engines.dlib.shape import ShapePredictor
 
                     model = ShapePredictor(path)
-                else:  # dlib's ResNet, run with numpy (engines.dlib.resnet)
-                    from engines.dlib.resnet import DlibResNet
+                else:  # dlib's ResNet, exported to ONNX, or run with numpy (engines.dlib.onnx_embedding)
+                    from engines.dlib.onnx_embedding import load_embedding
 
-                    model = DlibResNet(path)
+                    model = load_embedding(path)
             found = _LOADED[kind] = (model, threading.Lock())
         return found

@@ -35,6 +35,7 @@ from engines.protocols import beside_helper, detecting_in_background
 CHIP = 150  # px: the aligned face chip the network takes
 PADDING = 0.25  # the chip's margin around the face (dlib's default for the embedding)
 BATCH = 4  # chips run together by `embed_many` (six at once: 18 MB more for the first layer)
+EMBEDDING = 128  # the embedding's length
 
 
 class DlibFileError(ValueError):
@@ -114,19 +115,19 @@ BLOCKS = [(32, False)] * 3 + [(64, True)] + [(64, False)] * 3 + [(128, True)] + 
 
 
 @dataclass
-class _Layer:
+class Layer:
     kind: str  # con, affine, relu, max_pool, avg_pool, add_prev, fc
     spec: dict = field(default_factory=dict)  # what the file must hold (sizes, strides)
     weights: dict = field(default_factory=dict)  # what it holds
 
 
-def _wrappers() -> list[tuple[str, _Layer | None]]:
+def _wrappers() -> list[tuple[str, Layer | None]]:
     """dlib's layer stack, outermost first: ("layer", details) for add_layer, ("tag", None)
     and ("skip", None) for the tag and skip layers (no fields of their own but a version)."""
-    out: list[tuple[str, _Layer | None]] = []
+    out: list[tuple[str, Layer | None]] = []
 
     def layer(kind: str, **spec: object) -> None:
-        out.append(("layer", _Layer(kind, dict(spec))))
+        out.append(("layer", Layer(kind, dict(spec))))
 
     def block(n: int, stride: int) -> None:  # BN<con<N,3,3,1,1,relu<BN<con<N,3,3,s,s,S>>>>>
         layer("affine")
@@ -155,7 +156,7 @@ def _wrappers() -> list[tuple[str, _Layer | None]]:
     return out
 
 
-def _details(r: _Reader, layer: _Layer) -> None:
+def _details(r: _Reader, layer: Layer) -> None:
     kind, spec, w = layer.kind, layer.spec, layer.weights
     if kind == "con":
         version = r.expect("con_4", "con_5", "con_6")
@@ -211,7 +212,7 @@ def _details(r: _Reader, layer: _Layer) -> None:
         w["matrix"] = params.reshape(-1)[:inputs * outputs].reshape(inputs, outputs)
 
 
-def read_network(data: bytes, name: str = "dlib model") -> tuple[list[_Layer], tuple[float, float, float]]:
+def read_network(data: bytes, name: str = "dlib model") -> tuple[list[Layer], tuple[float, float, float]]:
     """The layers (input first, with their weights) and the input's channel means (R, G, B)."""
     r = _Reader(data, name)
     if r.int() != 1:
@@ -233,7 +234,7 @@ def read_network(data: bytes, name: str = "dlib model") -> tuple[list[_Layer], t
     means = (r.float(), r.float(), r.float())
     if (r.int(), r.int()) != (CHIP, CHIP):
         raise r.fail(f"an input that is not {CHIP}x{CHIP}")
-    layers: list[_Layer] = []
+    layers: list[Layer] = []
     for i in range(len(stack) - 1, -1, -1):
         _, layer = stack[i]
         version = versions[i]
@@ -259,8 +260,9 @@ class DlibResNet:
     150x150 RGB chip. numpy runs it (im2col and BLAS matrix products, which let the GIL
     go): about 12 ms a face on one core (AMD EPYC, 2026-12-04; 18 ms before its windows were
     copied channels-innermost, see `_conv`), against dlib's 130-200, with no runtime
-    of its own to import (ONNX Runtime ran it in 10-14 ms but added 17 MB to a one-face
-    run's peak, most of it the runtime's own libraries). The affine layers are folded into
+    of its own to import. Where ONNX Runtime is installed the process runs the same network
+    from its ONNX export instead (engines.dlib.onnx_embedding: 5-7 ms a face on one thread,
+    for about 20 MB more memory, the runtime's own libraries). The affine layers are folded into
     the convolutions' weights, all in one buffer (22 MB, as dlib's own copy)."""
 
     def __init__(self, path: str) -> None:
@@ -280,7 +282,7 @@ class DlibResNet:
             used += size
             return out
 
-        def fold(con: _Layer, aff: _Layer) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+        def fold(con: Layer, aff: Layer) -> tuple[np.ndarray, np.ndarray, int, int, int]:
             f, b = con.weights["filters"], con.weights["bias"]
             g, beta = aff.weights["gamma"], aff.weights["beta"]
             n = f.shape[0]
@@ -352,7 +354,7 @@ class DlibResNet:
         if chips.ndim != 4 or chips.shape[1:] != (CHIP, CHIP, 3):
             raise ValueError(f"face chips are (n, {CHIP}, {CHIP}, 3) RGB, got {chips.shape}")
         if not len(chips):
-            return np.empty((0, self._fc.shape[1]), np.float32)
+            return np.empty((0, EMBEDDING), np.float32)
         if len(chips) < 2 or detecting_in_background():
             return self._batched(chips)
         half = (len(chips) + 1) // 2
@@ -364,6 +366,11 @@ class DlibResNet:
         return np.concatenate([self._run(chips[i:i + BATCH]) for i in range(0, len(chips), BATCH)])
 
     def _run(self, chips: np.ndarray) -> np.ndarray:
+        """One batch of (n, 150, 150, 3) uint8 RGB chips through the network: numpy here, an
+        ONNX runtime in engines.dlib.onnx_embedding's subclass (`_forward`)."""
+        return self._forward(chips)
+
+    def _forward(self, chips: np.ndarray) -> np.ndarray:
         x = (chips.astype(np.float32) - self._means) * np.float32(1 / 256)
         x = np.maximum(self._conv(x, self._stem), 0)
         x = sliding_window_view(x, (3, 3), axis=(1, 2))[:, ::2, ::2].max(axis=(4, 5))  # max pool 3x3/2
