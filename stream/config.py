@@ -293,6 +293,9 @@ class ModelsConfig:
     pixel_boost: int = 0
     occluder: str = "xseg_1"  # mask.types occlusion: the XSeg model
     parser: str = "bisenet_resnet_34"  # mask.types region: the face parser
+    # Which files run: auto, fp32, fp16 or int8 (engines/quantize/choose.py): auto takes the
+    # INT8 files that passed their drift budget on a CPU with INT8 instructions.
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         _check(self.detect_size >= 32 and self.detect_size % 32 == 0,
@@ -301,6 +304,10 @@ class ModelsConfig:
                f"models.recrop_after_paste must be true or false, got {self.recrop_after_paste!r}")
         _check(isinstance(self.full_frame_paste, bool),
                f"models.full_frame_paste must be true or false, got {self.full_frame_paste!r}")
+        from engines.quantize.choose import PRECISIONS
+
+        _check(self.precision in PRECISIONS,
+               f"models.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         from engines.models.pixel_boost import boost_factor
         from engines.models.swappers import profile
 

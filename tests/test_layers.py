@@ -159,14 +159,15 @@ def test_only_the_tools_edit_sys_path_and_all_alike() -> None:
 # (its own wing always). registry.py and fetch.py at the root assemble the wings: they may
 # import anything in engines.
 VOCABULARY = {"engines", "engines.errors", "engines.face", "engines.frame_views", "engines.protocols",
-              "engines.catalog"}
-WINGS = ("backends", "models", "classic", "dlib", "geometry")
+              "engines.catalog", "engines.int8", "engines.cpu_features"}
+WINGS = ("backends", "models", "classic", "dlib", "geometry", "quantize")
 WING_MAY_IMPORT = {
     "backends": set(),  # the root vocabulary only: a backend runs any model, knows none
     "geometry": set(),  # and of the vocabulary, engines.face only (below)
     "models": {"backends", "geometry"},
     "classic": {"geometry"},
-    "dlib": {"geometry"},
+    "dlib": {"geometry", "backends"},  # its embedding's ONNX export runs on a backend
+    "quantize": {"backends", "models", "dlib", "geometry"},  # calibrates and judges every model kind
 }
 GEOMETRY_VOCABULARY = {"engines", "engines.face", "engines.errors"}
 

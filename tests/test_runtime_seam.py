@@ -32,7 +32,7 @@ class MarkedAllocator(NumpyAllocator):
 
 
 def test_an_unknown_runtime_is_a_one_line_error_listing_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown runtime 'tensorrt-native'; known: onnxruntime"):
+    with pytest.raises(ValueError, match="unknown runtime 'tensorrt-native'; known: auto, onnxruntime"):
         runtime_factory(RuntimeOptions(kind="tensorrt-native"))
 
 

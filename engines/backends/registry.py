@@ -27,6 +27,14 @@ def _triton(path: str | os.PathLike[str], options: RuntimeOptions,
     return TritonRuntime(path, options, allocator)
 
 
+def _openvino(path: str | os.PathLike[str], options: RuntimeOptions,
+              allocator: HostAllocator | None) -> InferenceRuntime:
+    # The module is light; it imports the openvino package itself only when a model opens.
+    from engines.backends.openvino import OpenVinoRuntime
+
+    return OpenVinoRuntime(path, options, allocator)
+
+
 def _triton_factory(options: RuntimeOptions, allocator: HostAllocator | None) -> RuntimeFactory:
     from engines.backends.triton.factory import TritonFactory
 
@@ -38,7 +46,10 @@ RUNTIMES: dict[str, Callable[[str | os.PathLike[str], RuntimeOptions, HostAlloca
     "onnxruntime": OrtRuntime,
     "tensorrt": _tensorrt,  # native TensorRT 10 or 11 (engines.backends.trt.runtime)
     "triton": _triton,  # a Triton Inference Server over gRPC (engines.backends.triton.runtime)
+    "openvino": _openvino,  # Intel's OpenVINO on runtime.device: CPU, Intel GPU, NPU (engines.backends.openvino)
 }
+AUTO = "auto"  # the default: ONNX Runtime, or per model the CPU runtime measured faster here
+RUNTIME_NAMES = (AUTO, *sorted(RUNTIMES))  # what runtime.kind and --runtime take
 # Kinds whose runtimes share something (a server connection, the server's model index):
 # their factory is made once per run. Triton's serves what the server has and runs the
 # rest on the local ONNX Runtime.
@@ -52,12 +63,15 @@ def runtime_factory(options: RuntimeOptions | None = None,
     """Makes runtimes of `options.kind` for model files, with these options and host
     buffers from `allocator`; an unknown kind is a ValueError listing the known ones."""
     options = options or RuntimeOptions()
+    # `auto` picks a runtime per model file from its INT8 report (engines.quantize.choose,
+    # which a run's SwapJob uses); a factory asked for directly makes ONNX Runtime's.
+    kind = "onnxruntime" if options.kind == AUTO else options.kind
     try:
-        make = RUNTIMES[options.kind]
+        make = RUNTIMES[kind]
     except KeyError:
-        raise ValueError(f"unknown runtime {options.kind!r}; known: {', '.join(sorted(RUNTIMES))}") from None
-    if options.kind in FACTORIES:
-        return FACTORIES[options.kind](options, allocator)
+        raise ValueError(f"unknown runtime {options.kind!r}; known: {', '.join(RUNTIME_NAMES)}") from None
+    if kind in FACTORIES:
+        return FACTORIES[kind](options, allocator)
 
     def factory(path: str | os.PathLike[str]) -> InferenceRuntime:
         return make(path, options, allocator)

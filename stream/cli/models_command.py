@@ -117,11 +117,36 @@ def cmd_models_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int8_line(float_file: Path) -> None:
+    """The INT8 twin of a found file, with its drift and speed, when there is one."""
+    from engines.int8 import fresh_report, int8_path, read_report
+
+    twin = int8_path(float_file)
+    if not twin.is_file():
+        return
+    report = fresh_report(twin, float_file)
+    if report is None:
+        stale = read_report(twin) is not None
+        print(f"  {'':<24} {'int8':<10} {twin.name}: {'stale (the float file changed since)' if stale else 'no report'}"
+              f": `facestream models quantize` writes it again")
+        return
+    figures = ", ".join(f"{k} {v:.4g}" for k, v in report.measures.items() if k in report.budget)
+    speeds = "; ".join(f"{kind} {one['fp32_ms']:.3g} -> {one['int8_ms']:.3g} ms "
+                       f"({one['fp32_ms'] / one['int8_ms']:.1f}x)" for kind, one in report.speed.items()
+                       if isinstance(one, dict) and one.get("fp32_ms") and one.get("int8_ms"))
+    print(f"  {'':<24} {'int8':<10} {twin.name}: {report.status()}; {figures}"
+          + (f"; {speeds} on {report.speed.get('cpu', 'its CPU')}" if speeds else ""))
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from engines.catalog import CATALOG, DEFAULT_SET, locate, search_dirs
 
     if args.models_command == "fetch":
         return cmd_models_fetch(args)
+    if args.models_command == "quantize":
+        from stream.cli.quantize_command import cmd_models_quantize
+
+        return cmd_models_quantize(args)
     dirs = search_dirs(args.models_dir)
     print("folders searched: " + ", ".join(str(d) for d in dirs))
     missing = []
@@ -133,6 +158,15 @@ def cmd_models(args: argparse.Namespace) -> int:
         size = _size(found.stat().st_size if found else item.size)
         print(f"  {name:<24} {item.kind:<10} {where}")
         print(f"  {'':<24} {'':<10} {size}; licence: {item.licence or 'not stated'}")
+        if found:
+            _int8_line(found)
+    for folder in dirs:  # the embedded default's embedding, when its ONNX export was made here
+        from engines.dlib.embedding_io import FILE_NAME
+
+        if (folder / FILE_NAME).is_file():
+            print(f"  {'dlib_embedder':<24} {'embedder':<10} found: {folder / FILE_NAME} (made by "
+                  f"`models quantize dlib_embedder`)")
+            _int8_line(folder / FILE_NAME)
     if missing:
         print(f"the default neural set lacks {', '.join(missing)}: `facestream models fetch` gets them")
     return 0

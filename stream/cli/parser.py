@@ -6,7 +6,7 @@ import json
 
 from engines.backends.addresses import normalize_url, split_urls
 from engines.backends.base import parse_size
-from engines.backends.registry import RUNTIMES
+from engines.backends.registry import RUNTIME_NAMES
 from engines.models.enhancers import ENHANCER_NAMES
 from engines.models.masks import AREAS, MASK_TYPES, REGIONS
 from engines.models.swappers import SWAPPER_NAMES
@@ -74,10 +74,21 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
     g.add_argument("--enhance-every", type=int, metavar="K",
                    help="with --enhance: run it every K-th frame per face, re-pasting its last result between")
     g.add_argument("--max-faces", type=int, metavar="N", help="swap at most N faces per frame")
-    g.add_argument("--runtime", choices=sorted(RUNTIMES),
-                   help="what runs the models: onnxruntime (default), tensorrt (native engines, built "
-                        "and cached), or triton (the models a Triton server serves, see --triton-url; "
-                        "the local ONNX Runtime for the rest)")
+    g.add_argument("--runtime", choices=RUNTIME_NAMES,
+                   help="what runs the models: auto (default: ONNX Runtime, and on the CPU each model on "
+                        "the runtime its INT8 report measured faster here), onnxruntime, tensorrt "
+                        "(native engines, built and cached), triton (the models a Triton server serves, see "
+                        "--triton-url; the local ONNX Runtime for the rest), or openvino (Intel's runtime for laptop "
+                        "CPUs, Intel GPUs and NPUs, see --device; pip install 'facestream[openvino]')")
+    g.add_argument("--device", metavar="CPU|GPU|NPU|AUTO",
+                   help="--runtime openvino only: the device it runs the models on (runtime.device): CPU, "
+                        "GPU (an Intel GPU; GPU.1 the second), NPU, or AUTO (default: OpenVINO's own pick, "
+                        "an Intel GPU where there is one, else the CPU); `facestream doctor` lists those seen")
+    g.add_argument("--precision", choices=("auto", "fp32", "fp16", "int8"),
+                   help="which model files run (models.precision): auto (default) the INT8 files that "
+                        "passed their drift budget (`facestream models quantize`) on a CPU with VNNI or AMX, "
+                        "FP16 engines on a GPU as the VRAM plan says; fp32 the float files; fp16 half-"
+                        "precision TensorRT engines (GPU runtimes only); int8 every INT8 file there is")
     g.add_argument("--triton-url", metavar="URL[,URL...]",
                    help="Triton servers' gRPC addresses (host:port, default port 8001), requests "
                         "spread over those up; implies --runtime triton")
@@ -303,6 +314,36 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--force", action="store_true", help="fetch again files that are present")
     fetch.add_argument("--models-dir", dest="fetch_dir", metavar="DIR",
                        help="folder to save into (default: --models-dir, else the per-user folder)")
+    quant = msub.add_parser(
+        "quantize", help="write INT8 files (<stem>_int8.onnx) beside the float ones, each checked "
+                         "against its family's drift budget",
+        description="Quantises each named model (catalog names, or dlib_embedder: the embedded default's "
+                    "face embedding, exported to ONNX first) to a static INT8 QDQ file beside its float "
+                    "file, with a JSON report beside that. Calibration runs on the inputs the pipeline "
+                    "makes from --calibrate (aligned face crops, or whole frames for detectors); the "
+                    "drift is measured on held-out faces against the float file. A file over its "
+                    "family's budget is not written (the float file stays in use); the first and last "
+                    "layers, and the layers a sensitivity pass finds worst, stay in float. Budgets: "
+                    "swapper PSNR >= 30 dB and identity cosine >= 0.98; detector recall >= 99% and box "
+                    "IoU median >= 0.95; embedder 1 - cosine median <= 0.01, p95 <= 0.03; enhancer PSNR "
+                    ">= 30 dB; occluder and parser mask IoU >= 0.95; landmarker point error <= 1% of "
+                    "the crop. Exits 0 only if every named model was written.")
+    quant.add_argument("names", nargs="+", metavar="NAME", help="catalog names (e.g. inswapper_128), or "
+                                                                 "dlib_embedder")
+    quant.add_argument("--calibrate", metavar="VIDEO|PHOTO|FOLDER",
+                       help="media to calibrate on (default: the demo's pictures, from installed packages)")
+    quant.add_argument("--faces", type=int, default=16, metavar="N",
+                       help="calibration inputs (faces, or frames for a detector; default 16); half as "
+                            "many are held out to measure the drift")
+    quant.add_argument("--no-budget", action="store_true",
+                       help="write the file whatever its drift, marked unchecked in its report and in "
+                            "`facestream models`: --precision auto never picks it (for measuring speed "
+                            "on stand-ins, or judging the output yourself)")
+    quant.add_argument("--threads", type=int, default=0, metavar="N",
+                       help="ONNX Runtime threads for the calibration and the speed figures (default: "
+                            "the machine's cores)")
+    quant.add_argument("--models-dir", dest="quantize_dir", metavar="DIR",
+                       help="look for the model files here first (the INT8 file is written beside each)")
     triton = sub.add_parser(
         "triton-repo", help="write a Triton Inference Server model repository for the model files found",
         description="Writes DIR/<model>/config.pbtxt (max batch size where the file's batch axis is dynamic, "
@@ -319,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="max_batch_size of the models with a dynamic batch axis (default 8)")
     triton.add_argument("--instances", type=int, default=1, metavar="N",
                         help="model instances per GPU (or on the CPU) (default 1)")
+    triton.add_argument("--precision", choices=("auto", "fp32", "int8"), default="auto",
+                        help="which file to serve under each model's name: auto the INT8 file "
+                             "(<stem>_int8.onnx) where its report says it passed its drift budget, int8 "
+                             "the INT8 file wherever there is one, fp32 the float files (default auto)")
     triton.add_argument("--cpu", action="store_true", help="instances on the CPU (KIND_CPU) instead of GPUs")
     triton.add_argument("--symlink", action="store_true",
                         help="link the model files instead of copying them (a container then needs "
@@ -361,6 +406,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "enhance.enabled": True if args.enhance or getattr(args, "enhancer", None) else None,
         "enhance.model": getattr(args, "enhancer", None),
         "runtime.max_vram": _size("--max-vram", args.max_vram),
+        "runtime.device": getattr(args, "device", None),
+        "models.precision": getattr(args, "precision", None),
     }
     simple.update(_runtime_overrides(getattr(args, "runtime", None), getattr(args, "triton_url", None)))
     overrides += [f"{k}={json.dumps(v)}" for k, v in simple.items() if v is not None]

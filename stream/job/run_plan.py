@@ -38,8 +38,8 @@ def gpu_runtime(options: RuntimeOptions) -> bool:
     """Whether models run by `options` live on a GPU."""
     if options.kind == "tensorrt":
         return True
-    if options.kind != "onnxruntime":
-        return False  # a remote runtime's memory is its server's
+    if options.kind not in ("onnxruntime", "auto"):  # auto is ONNX Runtime where it has a GPU
+        return False  # a remote runtime's memory is its server's; OpenVINO's is no CUDA card's
     try:
         chosen = choose_providers(options.providers, available_providers())
     except ValueError:
@@ -95,6 +95,8 @@ def plan_run(config: Config, device: DeviceMemory | None = None) -> RunPlan:
     max_vram = int(cap) if cap is not None else None
     if not gpu_runtime(config.runtime) or not neural_run(config):
         why = "the models run on the CPU" if not gpu_runtime(config.runtime) else "the dlib engine runs on the CPU"
+        if config.runtime.kind == "openvino":
+            why = "OpenVINO has no VRAM plan"
         return RunPlan(notes=[f"--max-vram has no effect: {why}"] if max_vram is not None else [])
     device = device or device_memory(config.runtime.device_id)
     if device is None:  # the runtime itself says in one line that it finds no GPU

@@ -9,12 +9,12 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engines.backends.registry import runtime_factory
 from engines.catalog import find
 from engines.errors import NoFaceError
 from engines.face import ImageBGR, Keypoints5, Landmarks68
 from engines.frame_views import FrameViews
 from engines.protocols import Enhancer, PointDetector
+from engines.quantize.choose import ChoosingFactory
 from engines.registry import EngineSet, build_engines
 from stream.config import Config
 from stream.job.run_plan import plan_run
@@ -56,7 +56,8 @@ class SwapJob:
         self.config = config
         self.source_paths = list(sources)
         self.reference_paths = list(references or [])
-        self.allocator = allocator or default_allocator()
+        # page-locked memory is CUDA's: OpenVINO (CPU, Intel GPU, NPU) gains nothing from it
+        self.allocator = allocator or default_allocator(prefer_pinned=config.runtime.kind != "openvino")
         self.engines: EngineSet | None = None
         self.sources: list[PhotoFace] = []
         self.prepared: list[object] = []
@@ -80,7 +81,7 @@ class SwapJob:
         planned = plan_run(cfg)  # on a GPU: fits the run to the card, or ends it here in one line
         self.plan = planned.plan
         self.notes.extend(planned.notes)
-        runtimes = runtime_factory(cfg.runtime, self.allocator)
+        runtimes = ChoosingFactory(cfg.runtime, self.allocator, cfg.models.precision)
         self.engines = build_engines(cfg.engine, detect=cfg.detect, swap=cfg.swap, models=cfg.models, mask=cfg.mask,
                                      runtime=runtimes)
         self.notes.append(self.engines.note)
@@ -100,7 +101,7 @@ class SwapJob:
             enhancer.open()
             self.enhancer = enhancer
             self.notes.append(f"enhancer: {model_file.name}, every {cfg.enhance.every} frame(s) per face")
-        self.notes.extend(getattr(runtimes, "notes", ()))  # e.g. Triton: which models run locally
+        self.notes.extend(runtimes.notes)  # Triton: which models run locally; the INT8 files chosen
         for photo in self.source_paths:
             face = self.find_face(photo, "source photo")
             self.sources.append(face)
