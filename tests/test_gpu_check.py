@@ -34,12 +34,13 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], s
 def test_dry_run_writes_every_section(dry_run: tuple[dict[str, Any], str]) -> None:
     report, printed = dry_run
     assert report["dry_run"] is True and report["all_ok"] is True
-    assert list(report["sections"]) == ["copies", "ring", "models", "pipeline", "live"]
+    assert list(report["sections"]) == ["copies", "ring", "models", "pipeline", "live", "int8"]
     assert all(s["ok"] and s["seconds"] >= 0 for s in report["sections"].values())
     assert report["machine"]["device"]["stand_in"] is True
     assert report["runtime"]["kind"] == "onnxruntime" and report["runtime"]["stand_in"] is True
     for name in ("copies (", "ring (", "models (", "pipeline (", "live (", "pinned / pageable", "serial",
-                 "overlapped", "engine alone", "peak device memory", "the live bench's targets"):
+                 "overlapped", "engine alone", "peak device memory", "the live bench's targets", "int8 (",
+                 "int8 p50 ms"):
         assert name in printed
 
 
@@ -98,6 +99,51 @@ def test_live_with_masks_figures_and_the_verdict_they_give(dry_run: tuple[dict[s
     targets = (sec["fps_out"] >= 29.5 and sec["dropped_share"] <= 0.01
                and sec["latency_ms"]["p95_ms"] <= sec["p95_bound_ms"])
     assert sec["meets_targets"] == targets
+
+
+def test_int8_quantises_each_model_and_compares_it_with_the_float_one(dry_run: tuple[dict[str, Any], str]) -> None:
+    sec = dry_run[0]["sections"]["int8"]
+    assert sec["all_ok"] and sec["stand_in"] is True and "quantize" in sec["quantizer"]
+    assert list(sec["models"]) == ["inswapper_128.onnx", "det_10g.onnx", "w600k_r50.onnx"]
+    for name, m in sec["models"].items():
+        assert m["int8_file"] == name.replace(".onnx", "_int8.onnx")
+        assert m["fp16"]["p50_ms"] > 0 and m["int8"]["p50_ms"] > 0
+        assert m["speedup"] == pytest.approx(m["fp16"]["p50_ms"] / m["int8"]["p50_ms"], rel=0.01)
+        assert m["drift"] and all(0 < d["psnr_db"] and -1 <= d["cosine"] <= 1 for d in m["drift"].values())
+
+
+def test_help_lists_the_int8_section() -> None:
+    res = subprocess.run([sys.executable, "tools/gpu_check/run.py", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0 and "int8      the cost-equivalent inswapper_128" in res.stdout
+    assert "live, int8" in " ".join(res.stdout.split())  # --sections: the help wraps the list
+
+
+def test_int8_builds_an_int8_and_an_fp16_engine_on_tensorrt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The GPU run's path on the TensorRT stand-in (tests/fixtures/fake_tensorrt.py), with the
+    # synthetic models in place of the cost-equivalent ones (too big to build here).
+    import tools.gpu_check.int8 as int8
+    from tests.fixtures.fake_tensorrt import V10, install_fake_gpu
+
+    fake, _ = install_fake_gpu(monkeypatch, V10)
+    synthetic = int8.write_cost_models
+    monkeypatch.setattr(int8, "write_cost_models", lambda folder, dry_run, reuse=None: synthetic(folder, True))
+    sec = int8.measure_int8(tmp_path, dry_run=False, warmup=1, repeats=2, calibration=2)
+    assert sec["all_ok"] and sec["stand_in"] is False and sec["runtime"].startswith("tensorrt")
+    assert sorted((b["int8"], b["fp16"]) for b in fake.builds) == [(False, True)] * 3 + [(True, True)] * 3
+    for m in sec["models"].values():
+        assert m["fp16_engine"] != m["int8_engine"] and m["drift"]
+
+
+def test_int8_on_a_machine_without_tensorrt_fails_in_one_line(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import tools.gpu_check.int8 as int8
+
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    synthetic = int8.write_cost_models
+    monkeypatch.setattr(int8, "write_cost_models", lambda folder, dry_run, reuse=None: synthetic(folder, True))
+    with pytest.raises(RuntimeError, match="TensorRT is not installed"):
+        int8.measure_int8(tmp_path, dry_run=False, warmup=1, repeats=1, calibration=1)
 
 
 def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path: Path,

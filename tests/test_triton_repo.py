@@ -169,3 +169,101 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, case: str, capsys: pytest.Cap
                 "junk file": f"model file {models / 'inswapper_128.onnx'}: not a readable ONNX model",
                 "target is a file": f"triton-repo: {repo} exists and is not a folder"}[case]
     assert err.startswith(f"facestream: error: {expected}") and err.count("\n") == 1
+
+
+# -- INT8 files: served under the float model's name ----------------------------------------------
+
+def _report(int8: Path, float_file: Path, passed: bool, checked: bool = True) -> None:
+    from engines.int8 import QuantReport, write_report
+
+    write_report(QuantReport(model="m", kind="embedder", source=float_file.name,
+                             source_size=float_file.stat().st_size, source_sha256="", checked=checked,
+                             passed=passed), int8.with_suffix(".json"))
+
+
+def _quantize(src: Path, dst: Path, passed: bool | None) -> Path:
+    """A U8S8 QDQ file as `facestream models quantize` writes them, and its report (None: none)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(2)
+    feeds = iter([{"input.1": rng.uniform(-1, 1, (1, 3, 112, 112)).astype(np.float32)} for _ in range(3)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(feeds, None)
+
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    if passed is not None:
+        _report(dst, src, passed)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def int8_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A float ArcFace with an INT8 file that passed, a float swapper with one that did not report."""
+    folder = tmp_path_factory.mktemp("int8_models")
+    _quantize(make_arcface(folder / "w600k_r50.onnx", seed=4), folder / "w600k_r50_int8.onnx", passed=True)
+    _quantize(make_arcface(folder / "other.onnx", seed=6), folder / "inswapper_128_int8.onnx", passed=None)
+    make_inswapper(folder / "inswapper_128.onnx", seed=5, batch=None)
+    return folder
+
+
+@pytest.mark.parametrize("precision, arcface, swapper", [
+    ("fp32", "w600k_r50.onnx", "inswapper_128.onnx"),
+    ("auto", "w600k_r50_int8.onnx", "inswapper_128.onnx"),  # only a passed report counts
+    ("int8", "w600k_r50_int8.onnx", "inswapper_128_int8.onnx"),
+])
+def test_the_precision_picks_the_file_served_under_each_name(int8_dir: Path, precision: str, arcface: str,
+                                                              swapper: str) -> None:
+    from engines.backends.triton.repo import pick_files
+
+    floats = {"arcface_w600k_r50": int8_dir / "w600k_r50.onnx", "inswapper_128": int8_dir / "inswapper_128.onnx"}
+    assert {k: v.name for k, v in pick_files(floats, precision).items()} == {
+        "arcface_w600k_r50": arcface, "inswapper_128": swapper}
+    int8, arcface_float = int8_dir / "w600k_r50_int8.onnx", int8_dir / "w600k_r50.onnx"
+    try:
+        for passed, checked in ((False, True), (False, False)):  # over budget, or --no-budget: never auto
+            _report(int8, arcface_float, passed, checked)
+            assert pick_files(floats, "auto")["arcface_w600k_r50"].name == "w600k_r50.onnx"
+            assert pick_files(floats, "int8")["arcface_w600k_r50"].name == "w600k_r50_int8.onnx"
+    finally:
+        _report(int8, arcface_float, True)
+    with pytest.raises(ValueError, match="unknown precision 'fp16'; known: auto, fp32, int8"):
+        pick_files(floats, "fp16")
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "tensorrt"])
+def test_an_int8_file_is_served_under_the_float_name(int8_dir: Path, tmp_path: Path, backend: str,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    repo = tmp_path / "repo"
+    assert main(["triton-repo", str(repo), "--models-dir", str(int8_dir), "--backend", backend,
+                 "--precision", "auto"]) == 0
+    said = capsys.readouterr().out
+    assert f"{int8_dir / 'w600k_r50_int8.onnx'}  int8, batched" in said
+    config = _config(repo / "arcface_w600k_r50" / "config.pbtxt")
+    assert config.name == "arcface_w600k_r50" and config.parameters["precision"].string_value == "int8"
+    assert "precision" not in _config(repo / "inswapper_128" / "config.pbtxt").parameters
+    assert [(t.name, list(t.dims)) for t in config.input] == [("input.1", [3, 112, 112])]  # the float file's I/O
+    served = repo / "arcface_w600k_r50" / ("model.onnx" if backend == "tensorrt" else "1/model.onnx")
+    import onnx
+
+    zero_points = [i for i in onnx.load(str(served)).graph.initializer if i.name.endswith(("zero_point", "zp"))]
+    kinds = {onnx.numpy_helper.to_array(z).dtype.name for z in zero_points}
+    if backend == "tensorrt":  # TensorRT's parser takes symmetric int8 only: the copy, built with --int8
+        assert kinds == {"int8"} and not any(onnx.numpy_helper.to_array(z).any() for z in zero_points)
+        plans = (repo / "build_plans.sh").read_text()
+        assert "--saveEngine=arcface_w600k_r50/1/model.plan --int8 --fp16" in plans
+        assert "--saveEngine=inswapper_128/1/model.plan --fp16" in plans
+    else:  # the file itself, as the CPU and CUDA providers read it
+        assert served.read_bytes() == (int8_dir / "w600k_r50_int8.onnx").read_bytes() and "uint8" in kinds
+
+
+@pytest.mark.parametrize("file, name", [("w600k_r50_int8.onnx", "arcface_w600k_r50"),
+                                        ("w600k_r50.onnx", "arcface_w600k_r50"),
+                                        ("inswapper_128_int8.onnx", "inswapper_128"),
+                                        ("mine_int8.onnx", "mine"), ("_int8.onnx", "_int8")])
+def test_the_client_asks_for_an_int8_file_by_its_float_models_name(file: str, name: str) -> None:
+    from engines.backends.triton.runtime import model_name
+
+    assert model_name(Path("/models") / file) == name

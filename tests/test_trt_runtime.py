@@ -406,6 +406,136 @@ def test_fp32_on_tensorrt_11_builds_from_the_file_itself(models: dict[str, Path]
     assert fake.builds[0]["onnx_path"] == str(models["arcface"]) and not list(tmp_path.glob("*.fp16.onnx"))
 
 
+# -- INT8: Q/DQ files (explicit quantisation) ---------------------------------------------------
+
+def quantize_u8s8(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]]) -> Path:
+    """A static QDQ file as `facestream models quantize` writes them for the CPU: U8 activations
+    with zero points, S8 per-channel weights (ONNX Runtime's own tooling)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter(feeds)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.feeds, None)
+
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def int8(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("trt_int8")
+    return {name: quantize_u8s8(models[name], d / f"{models[name].stem}_int8.onnx",
+                                [_feeds(name, seed=s) for s in range(4)]) for name in ("arcface", "inswapper_dyn")}
+
+
+def _zero_points(path: Path) -> list[np.ndarray]:
+    proto = onnx.load(str(path))
+    weights = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    return [weights[n.input[2]] for n in proto.graph.node
+            if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2 and n.input[2]]
+
+
+def test_quantised_files_are_told_apart_from_their_graph(models: dict[str, Path], int8: dict[str, Path]) -> None:
+    from engines.backends.onnx_io import OnnxReadError, is_quantized
+
+    assert is_quantized(int8["arcface"]) and not is_quantized(models["arcface"])
+    assert any(z.dtype == np.uint8 for z in _zero_points(int8["arcface"]))  # the CPU's U8 activations
+    with pytest.raises(OnnxReadError):
+        is_quantized(models["arcface"].with_name("missing.onnx"))
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+@pytest.mark.parametrize("model", ["arcface", "inswapper_dyn"])
+def test_a_qdq_file_reaches_the_tensorrt_10_builder_with_int8_on(
+        int8: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, fp16: bool) -> None:
+    fake, _ = install_fake_gpu(monkeypatch, V10)
+    rt = _trt(int8[model], tmp_path, trt_fp16=fp16)
+    (build,) = fake.builds
+    assert build["int8"] and build["fp16"] == fp16 and build["qdq_nodes"] > 0
+    (copy,) = tmp_path.glob("*.s8.onnx")  # what TensorRT's parser takes: symmetric, zero points 0
+    assert build["onnx_path"] == str(copy) and not list(tmp_path.glob("*.fp16.onnx"))
+    assert all(z.dtype == np.int8 and not z.any() for z in _zero_points(copy))
+    feeds = _feeds(model, batch=2, seed=7)
+    got, want = rt.run(feeds), _ort(copy).run(feeds)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_a_float_file_builds_without_int8(models: dict[str, Path], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, _ = install_fake_gpu(monkeypatch, V10)
+    _trt(models["arcface"], tmp_path, trt_fp16=True)
+    assert not fake.builds[0]["int8"] and fake.builds[0]["qdq_nodes"] == 0 and not list(tmp_path.glob("*.s8.onnx"))
+
+
+def test_tensorrt_11_builds_a_qdq_file_strongly_typed(int8: dict[str, Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    fake, _ = install_fake_gpu(monkeypatch, V11)
+    assert not hasattr(fake.module.BuilderFlag, "INT8")  # removed in 11: the Q/DQ nodes say it
+    caplog.set_level(logging.INFO, logger="engines.backends.trt.runtime")
+    first = _trt(int8["arcface"], tmp_path, trt_fp16=True)
+    (copy,) = tmp_path.glob("*.s8.onnx")
+    assert fake.builds[0]["onnx_path"] == str(copy) and not list(tmp_path.glob("*.fp16.onnx"))
+    assert not fake.builds[0]["int8"] and not fake.builds[0]["fp16"] and fake.builds[0]["qdq_nodes"] > 0
+    assert "float layers stay in the file's float type" in caplog.text
+    second = _trt(int8["arcface"], tmp_path)  # fp16 or not, the same INT8 engine on 11
+    assert not second.built and second.engine_path == first.engine_path and len(fake.builds) == 1
+
+
+def test_an_int8_and_a_float_engine_never_share_a_cache_key(
+        models: dict[str, Path], int8: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, _ = install_fake_gpu(monkeypatch, V10)
+    engines = {(name, fp16): _trt(path, tmp_path, trt_fp16=fp16).engine_path
+               for name, path in (("float", models["arcface"]), ("int8", int8["arcface"])) for fp16 in (False, True)}
+    assert len(set(engines.values())) == 4 and len(fake.builds) == 4
+    assert [(b["int8"], b["fp16"]) for b in fake.builds] == [(False, False), (False, True), (True, False), (True, True)]
+    assert [trt_build.plan_precision(fp16, q, major) for q, fp16, major in [
+        (False, False, 10), (False, True, 10), (True, False, 10), (True, True, 10), (True, True, 11),
+        (False, True, 11)]] == ["fp32", "fp16", "int8", "int8+fp16", "int8", "fp16"]
+
+
+def test_the_symmetric_copy_keeps_the_int8_files_results(models: dict[str, Path], int8: dict[str, Path],
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The U8 file as it is would not parse (TensorRT: symmetric only); its copy runs as
+    # close to the float model as the U8 file does (a wider step on one-sided ranges).
+    fake, _ = install_fake_gpu(monkeypatch, V10)
+    logger = trt_build.make_logger(fake.module)
+    with pytest.raises(EngineError, match="symmetric quantization"):
+        trt_build.build_engine(fake.module, 10, int8["arcface"], int8["arcface"], (), "int8", 1 << 28, None, logger)
+    from engines.backends.trt.cache import EngineCache
+
+    copy = trt_build.symmetric_int8_onnx(int8["arcface"], "0" * 64, EngineCache(tmp_path))
+    onnx.checker.check_model(onnx.load(str(copy)))
+    feeds = _feeds("arcface", batch=4, seed=11)
+    ref = _ort(models["arcface"]).run(feeds)["683"]
+
+    def cosine(a: np.ndarray) -> float:
+        return float(np.min(np.sum(a * ref, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(ref, axis=1)))
+
+    u8, s8 = cosine(_ort(int8["arcface"]).run(feeds)["683"]), cosine(_ort(copy).run(feeds)["683"])
+    assert u8 > 0.99 and s8 > 0.98, (u8, s8)
+    again = trt_build.symmetric_int8_onnx(copy, "1" * 64, EngineCache(tmp_path / "other"))
+    assert again == copy and not list((tmp_path / "other").glob("*.onnx"))  # symmetric already: used as it is
+
+
+def test_onnx_runtimes_tensorrt_ep_is_told_a_file_is_int8(models: dict[str, Path], int8: dict[str, Path],
+                                                          tmp_path: Path) -> None:
+    def options(path: Path) -> dict[str, object]:
+        return OrtRuntime(path, RuntimeOptions(trt_fp16=True))._provider_options("TensorrtExecutionProvider")
+
+    assert options(int8["arcface"])["trt_int8_enable"] is True and options(int8["arcface"])["trt_fp16_enable"]
+    assert "trt_int8_enable" not in options(models["arcface"])
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a model")
+    assert "trt_int8_enable" not in options(junk)  # ONNX Runtime says what is wrong with it, at open()
+    assert "trt_int8_enable" not in OrtRuntime(int8["arcface"])._provider_options("CPUExecutionProvider")
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 def _custom_op_model(path: Path) -> Path:

@@ -18,6 +18,11 @@ ONNX_TYPES = {1: "tensor(float)", 2: "tensor(uint8)", 3: "tensor(int8)", 4: "ten
               13: "tensor(uint64)", 16: "tensor(bfloat16)"}
 
 
+# The nodes of a static QDQ file (`<stem>_int8.onnx`): any domain, so ONNX Runtime's
+# com.microsoft variants count too.
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
 class OnnxReadError(EngineError):
     """A file that is not a loadable ONNX model: `reason` says why in a few words, `cause`
     is the name of the loader's exception type ("" when the file loaded but is empty)."""
@@ -36,6 +41,7 @@ class OnnxGraph:
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    quantized: bool = False  # it has Q/DQ nodes: an INT8 file (see `is_quantized`)
 
 
 def _spec(value: Any) -> TensorSpec:
@@ -60,4 +66,12 @@ def read_onnx(path: str | os.PathLike[str]) -> OnnxGraph:
     inputs = tuple(_spec(v) for v in graph.input if v.name not in weights)
     if not inputs:
         raise OnnxReadError(path, "it has no inputs")
-    return OnnxGraph(inputs, tuple(_spec(v) for v in graph.output))
+    quantized = any(node.op_type in QDQ_OPS for node in graph.node)
+    return OnnxGraph(inputs, tuple(_spec(v) for v in graph.output), quantized)
+
+
+def is_quantized(path: str | os.PathLike[str]) -> bool:
+    """Whether the ONNX file at `path` is a quantised (QDQ) file: TensorRT builds it as INT8,
+    ONNX Runtime's TensorRT EP needs its INT8 switch for it. Read from the graph alone (no
+    weights), so asking costs little; an unreadable file is an OnnxReadError."""
+    return read_onnx(path).quantized

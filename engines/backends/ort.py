@@ -146,6 +146,8 @@ class OrtRuntime:
                 out.setdefault("trt_engine_cache_enable", True)
                 out.setdefault("trt_engine_cache_path", opts.trt_cache_dir)
             out.setdefault("trt_fp16_enable", bool(opts.trt_fp16))
+            if _quantized(self.path):  # a Q/DQ file: its scales are in it, no calibration table
+                out.setdefault("trt_int8_enable", True)
         return out
 
     def open_expecting(self, what: str) -> None:
@@ -224,6 +226,16 @@ class OrtRuntime:
         self.session = None
         self.binding_device = None
         self._host.clear()
+
+
+def _quantized(path: Path) -> bool:
+    """Whether `path` is a Q/DQ (INT8) file; an unreadable one is left to ONNX Runtime to report."""
+    from engines.backends.onnx_io import OnnxReadError, is_quantized
+
+    try:
+        return is_quantized(path)
+    except OnnxReadError:
+        return False
 
 
 def _shape(shape: Any) -> tuple[int | None, ...]:

@@ -34,21 +34,22 @@ def find_models(models_dir: str | None) -> dict[str, Path]:
 
 
 def cmd_triton_repo(args: argparse.Namespace) -> int:
-    from engines.backends.triton.repo import read_spec, write_repository
+    from engines.backends.triton.repo import pick_files, read_spec, write_repository
 
     repo = Path(args.dir)
     if repo.exists() and not repo.is_dir():
         raise CliError(f"triton-repo: {repo} exists and is not a folder")
-    models = find_models(args.models_dir)
+    models = pick_files(find_models(args.models_dir), args.precision)
     kind = "cpu" if args.cpu or args.backend == "python" else "gpu"
     written = write_repository(repo, models, backend=args.backend, max_batch=args.max_batch,
                                instances=args.instances, kind=kind, link=args.symlink)
     print(f"wrote a Triton model repository in {repo}: backend {args.backend}, {args.instances} instance(s) "
           f"per model on the {kind.upper()}, {len(written)} files")
     for name, path in models.items():
-        batching = (f"batched up to {args.max_batch}, dynamic batching" if read_spec(path).batched
+        spec = read_spec(path)
+        batching = (f"batched up to {args.max_batch}, dynamic batching" if spec.batched
                     else "unbatched (the file's first axis is fixed)")
-        print(f"  {name:<20} {path}  {batching}")
+        print(f"  {name:<20} {path}  {'int8, ' if spec.quantized else ''}{batching}")
     print("start the server:")
     where = repo.resolve()
     if args.backend == "python":

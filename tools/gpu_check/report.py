@@ -79,7 +79,20 @@ def _live(sec: dict[str, Any]) -> list[str]:
     ]
 
 
-SHOW = {"copies": _copies, "ring": _ring, "models": _models, "pipeline": _pipeline, "live": _live}
+def _int8(sec: dict[str, Any]) -> list[str]:
+    lines = [f"  {sec['models_kind']} on {sec['runtime']}; files by {sec['quantizer']}",
+             f"  {'model':<20} {'fp16 p50 ms':>12} {'int8 p50 ms':>12} {'x':>6}  drift (worst output): PSNR dB, cosine"]
+    for name, m in sec["models"].items():
+        if not m["ok"]:
+            lines.append(f"  {name:<20} failed: {m.get('error', '?')}")
+            continue
+        worst = min(m["drift"].values(), key=lambda d: d["psnr_db"])
+        lines.append(f"  {name:<20} {_fmt(m['fp16']['p50_ms'], 3):>12} {_fmt(m['int8']['p50_ms'], 3):>12} "
+                     f"{_fmt(m['speedup']):>6}  {_fmt(worst['psnr_db'], 1)}, {worst['cosine']:.4f}")
+    return lines
+
+
+SHOW = {"copies": _copies, "ring": _ring, "models": _models, "pipeline": _pipeline, "live": _live, "int8": _int8}
 
 
 def table(report: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """The GPU check: what our pipeline's GPU path does on a CUDA machine without TensorRT.
 
-Five sections, each failing on its own (its error goes into the JSON, the others still run):
+Six sections, each failing on its own (its error goes into the JSON, the others still run):
   copies    pinned vs pageable host<->device bandwidth through our allocators
   ring      a ring of pinned slots feeding the device, serial vs overlapped copies
   models    the four stand-in models on the torch runtime (onnx2torch), fp32 and fp16,
@@ -10,6 +10,9 @@ Five sections, each failing on its own (its error goes into the JSON, the others
   live      one face live (a 720p clip paced as a camera) with the mouth (area) and
             occlusion (XSeg) masks, on the cost-equivalent models: fps out, drops and
             latency against the live bench's targets
+  int8      the cost-equivalent inswapper_128, det_10g and w600k_r50 quantised to INT8
+            (QDQ) files, on TensorRT: engine-alone ms of the INT8 engine against the FP16
+            one, and its drift against it (PSNR, cosine); needs TensorRT and cupy
 
 It writes one JSON (rewritten after every section, so a cut-short run keeps what it
 measured) and prints a short table. `--dry-run` runs the same code on the CPU with tiny
@@ -41,7 +44,7 @@ if __package__ in (None, ""):  # run as a file: this tree's packages first (a to
 
 from tools.gpu_check.report import table  # noqa: E402
 
-SECTIONS = ("copies", "ring", "models", "pipeline", "live")
+SECTIONS = ("copies", "ring", "models", "pipeline", "live", "int8")
 
 
 @dataclass(frozen=True)
@@ -204,8 +207,15 @@ def main(argv: list[str] | None = None) -> int:
             return measure_live(work, kind, args.precision, args.dry_run, sizes.live_clip, sizes.live_seconds,
                                 overrides=tuple(args.overrides))
 
+        def int8() -> dict[str, Any]:
+            from tools.gpu_check.int8 import measure_int8
+
+            return measure_int8(work, args.dry_run, sizes.model_warmup, sizes.model_repeats,
+                                calibration=2 if dry_sizes else 16, device_id=args.device_id,
+                                reuse=work / "live-models")
+
         bodies: dict[str, Callable[[], dict[str, Any]]] = {
-            "copies": copies, "ring": ring, "models": models, "pipeline": pipeline, "live": live}
+            "copies": copies, "ring": ring, "models": models, "pipeline": pipeline, "live": live, "int8": int8}
         for name in wanted:
             _section(report, name, bodies[name], out)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)

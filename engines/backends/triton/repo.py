@@ -15,6 +15,14 @@ for), each with a `config.pbtxt` and version `1`:
 Input and output names, types and dimensions are read from the ONNX file. A model whose
 inputs and outputs all have a dynamic first axis gets `max_batch_size` and dynamic
 batching; one with a fixed first axis is served unbatched (`max_batch_size: 0`).
+
+INT8: `pick_files` serves a model's `<stem>_int8.onnx` (a QDQ file) under the float
+model's name when asked (`int8`), or where its report `<stem>_int8.json`
+(engines.int8) says it was checked and passed its drift budget (`auto`). Its
+config carries the parameter `precision: int8`. The tensorrt backend gets the file's
+symmetric copy (TensorRT quantises symmetrically only: engines.backends.trt.symmetric) and
+`trtexec --int8 --fp16` (explicit quantisation; the
+container's TensorRT 10 still has both flags).
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ from engines.backends.onnx_io import OnnxReadError, read_onnx
 from engines.errors import EngineError
 
 BACKENDS = ("onnxruntime", "tensorrt", "python")
+PRECISIONS = ("auto", "fp32", "int8")
 KINDS = ("gpu", "cpu")
 QUEUE_DELAY_US = 2000  # how long the batcher may hold a request waiting for company
 
@@ -52,6 +61,7 @@ def dims(tensor: TensorSpec) -> tuple[int, ...]:
 class ModelSpec:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    quantized: bool = False  # a QDQ (INT8) file
 
     @property
     def batched(self) -> bool:
@@ -75,7 +85,34 @@ def read_spec(path: Path) -> ModelSpec:
                                   f"which Triton does not serve")
     if not graph.outputs:
         raise RepositoryError(f"model file {path}: the graph has no inputs or no outputs")
-    return ModelSpec(graph.inputs, graph.outputs)
+    return ModelSpec(graph.inputs, graph.outputs, graph.quantized)
+
+
+def int8_usable(int8: Path, float_file: Path) -> bool:
+    """Whether INT8 file `int8` may be served by `auto`: its report (beside it) is fresh for
+    `float_file`, checked, and within its family's drift budget."""
+    from engines.int8 import fresh_report
+
+    report = fresh_report(int8, float_file)
+    return report is not None and report.usable
+
+
+def pick_files(models: dict[str, Path], precision: str = "auto") -> dict[str, Path]:
+    """The file to serve for each model (catalog name -> its float file): `fp32` the float
+    files; `int8` the INT8 file where there is one; `auto` the INT8 file where it passed its
+    budget. The name stays the float model's, so clients need no change."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    if precision == "fp32":
+        return dict(models)
+    from engines.int8 import int8_path
+
+    chosen = {}
+    for name, path in models.items():
+        int8 = int8_path(path)
+        use = int8.is_file() and (precision == "int8" or int8_usable(int8, Path(path)))
+        chosen[name] = int8 if use else Path(path)
+    return chosen
 
 
 def _tensors(kind: str, tensors: tuple[TensorSpec, ...], batched: bool) -> str:
@@ -97,6 +134,8 @@ def render_config(name: str, spec: ModelSpec, backend: str, max_batch: int, inst
     text = "\n".join(lines) + "\n" + _tensors("input", spec.inputs, batched) + _tensors("output", spec.outputs, batched)
     if batched:
         text += f"dynamic_batching {{\n  max_queue_delay_microseconds: {queue_delay_us}\n}}\n"
+    if spec.quantized:  # what is served, for whoever reads the repository (backends ignore it)
+        text += 'parameters {\n  key: "precision"\n  value {\n    string_value: "int8"\n  }\n}\n'
     group_kind = "KIND_CPU" if backend == "python" or kind == "cpu" else "KIND_GPU"
     text += f"instance_group [\n  {{\n    count: {instances}\n    kind: {group_kind}\n  }}\n]\n"
     return text
@@ -110,11 +149,24 @@ def _place(src: Path, dst: Path, link: bool) -> Path:
     return dst
 
 
+def _symmetric_copy(src: Path, dst: Path) -> Path:
+    """The INT8 file `src` as TensorRT's parser takes it (symmetric, zero points 0), at `dst`."""
+    import onnx
+
+    from engines.backends.trt.symmetric import make_symmetric
+
+    model = onnx.load(str(src))
+    make_symmetric(model, str(src))
+    dst.write_bytes(model.SerializeToString())
+    return dst
+
+
 DYNAMIC_SIDE = 640  # what a dynamic image axis is built for: our detector's input (models.detect_size)
 
 
 def _trtexec_line(name: str, spec: ModelSpec, max_batch: int) -> str:
-    cmd = f"trtexec --onnx={name}/model.onnx --saveEngine={name}/1/model.plan --fp16"
+    flags = "--int8 --fp16" if spec.quantized else "--fp16"  # Q/DQ: explicit quantisation, float layers fp16
+    cmd = f"trtexec --onnx={name}/model.onnx --saveEngine={name}/1/model.plan {flags}"
     dynamic = any(-1 in (dims(t)[1:] if spec.batched else dims(t)) for t in spec.inputs)
     if not spec.batched and not dynamic:
         return cmd
@@ -164,7 +216,10 @@ def write_repository(folder: str | os.PathLike[str], models: dict[str, Path], ba
         config.write_text(render_config(name, spec, backend, max_batch, instances, kind, queue_delay_us))
         written.append(config)
         if backend == "tensorrt":
-            written.append(_place(Path(path), model_dir / "model.onnx", link))
+            if spec.quantized:
+                written.append(_symmetric_copy(Path(path), model_dir / "model.onnx"))
+            else:
+                written.append(_place(Path(path), model_dir / "model.onnx", link))
             plans.append(_trtexec_line(name, spec, max_batch))
             continue
         written.append(_place(Path(path), version / "model.onnx", link))

@@ -40,13 +40,20 @@ TRITON_TYPES = {"tensor(float)": "FP32", "tensor(uint8)": "UINT8", "tensor(int8)
 FROM_TRITON = {v: k for k, v in TRITON_TYPES.items()}
 
 
+INT8_SUFFIX = "_int8"  # `<stem>_int8.onnx`: the INT8 file beside its float original
+
+
 def model_name(path: str | os.PathLike[str]) -> str:
-    """The model's name on a Triton server: its catalog name, else the file's stem."""
-    file = Path(path).name
+    """The model's name on a Triton server: its catalog name, else the file's stem. An INT8
+    file (`<stem>_int8.onnx`) has its float original's name: precision is the server's
+    choice (`facestream triton-repo --precision`), and the tensors are the same."""
+    file = Path(path)
+    if file.stem.endswith(INT8_SUFFIX) and len(file.stem) > len(INT8_SUFFIX):
+        file = file.with_name(file.stem[:-len(INT8_SUFFIX)] + file.suffix)
     for entry in CATALOG.values():
-        if entry.file == file:
+        if entry.file == file.name:
             return entry.name
-    return Path(path).stem
+    return file.stem
 
 
 def _fmt(spec: TensorSpec) -> str:

@@ -8,6 +8,15 @@ for 1: a live frame usually holds one face); any other dynamic axis gets the con
 fp16: TensorRT 10 lowers an fp32 network itself when the builder's FP16 flag is set.
 TensorRT 11 builds only strongly typed networks (no FP16 flag): it is given an fp16 copy
 of the ONNX file (float32 inputs and outputs kept), made once and cached.
+
+int8: a file with Q/DQ nodes (`<stem>_int8.onnx`) is explicit quantisation; TensorRT's
+implicit calibrator is deprecated and not used. TensorRT 10 (weakly typed networks) gets
+the INT8 flag, and FP16 too when fp16 is on, so the layers the file keeps in float may run
+in fp16 ("int8+fp16"). TensorRT 11 removed both flags: the Q/DQ nodes give INT8 and the
+other layers keep the file's own float type ("int8" whatever trt_fp16 says; no fp16 copy
+is made of a Q/DQ file). Either way TensorRT is given a symmetric copy of the file
+(symmetric.py: our files quantise activations to U8 with zero points, which TensorRT's
+parser refuses), made once and cached.
 """
 from __future__ import annotations
 
@@ -19,6 +28,7 @@ from typing import Any
 
 from engines.backends.onnx_io import read_onnx
 from engines.backends.trt.cache import EngineCache, ProfileEntry
+from engines.backends.trt.symmetric import make_symmetric
 from engines.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -30,13 +40,24 @@ class OnnxIO:
 
     inputs: tuple[tuple[str, tuple[int, ...]], ...]
     outputs: tuple[str, ...]
+    quantized: bool = False  # Q/DQ nodes: an INT8 file
 
 
 def read_onnx_io(path: Path) -> OnnxIO:
     """The graph's I/O as the build plans it (`engines.backends.onnx_io.read_onnx`)."""
     graph = read_onnx(path)
     return OnnxIO(tuple((t.name, tuple(-1 if d is None else d for d in t.shape)) for t in graph.inputs),
-                  tuple(t.name for t in graph.outputs))
+                  tuple(t.name for t in graph.outputs), graph.quantized)
+
+
+def plan_precision(fp16: bool, quantized: bool, major: int) -> str:
+    """The engine's precision (what the cache key holds): "fp32", "fp16", "int8" or "int8+fp16".
+
+    A Q/DQ file is INT8 whatever the options say; fp16 adds to it only on TensorRT 10,
+    whose FP16 flag lets the file's float layers run in fp16 (TensorRT 11 has no flag)."""
+    if not quantized:
+        return "fp16" if fp16 else "fp32"
+    return "int8+fp16" if fp16 and major == 10 else "int8"
 
 
 def plan_profile(io: OnnxIO, max_batch: int, dim_range: tuple[int, int, int]) -> tuple[ProfileEntry, ...]:
@@ -109,6 +130,34 @@ def fp16_onnx(src: Path, onnx_sha256: str, cache: EngineCache) -> Path:
     return path
 
 
+def symmetric_int8_onnx(src: Path, onnx_sha256: str, cache: EngineCache) -> Path:
+    """What TensorRT builds an INT8 file from: `src` itself when its Q/DQ nodes are
+    symmetric int8 already, else its cached symmetric copy (symmetric.py), made on first use."""
+    path = cache.int8_onnx_path(src, onnx_sha256)
+    if path.is_file():
+        return path
+    import onnx
+
+    with cache.lock(path):
+        if path.is_file():
+            return path
+        try:
+            model = onnx.load(str(src))
+            changed = make_symmetric(model, str(src))
+            data = bytes(model.SerializeToString()) if changed else b""
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise EngineError(f"model file {str(src)!r}: cannot make its symmetric INT8 copy for TensorRT "
+                              f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
+                              ) from exc
+        if not changed:
+            return src
+        log.info("%s: made a symmetric INT8 copy for TensorRT (once): %s", src.name, path)
+        cache.write(path, data)
+    return path
+
+
 def make_logger(trt: ModuleType) -> Any:
     """A TensorRT logger that keeps the errors (for one-line messages) and logs the rest quietly."""
     severity = trt.ILogger.Severity
@@ -147,8 +196,12 @@ def build_engine(trt: ModuleType, major: int, onnx_path: Path, source: Path, pro
         raise EngineError(f"model file {str(source)!r} cannot be read by TensorRT's ONNX parser ({detail})")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace))
-    if precision == "fp16" and major == 10:
-        config.set_flag(trt.BuilderFlag.FP16)
+    if major == 10:  # weakly typed: the flags allow the lower precisions (11 has neither flag)
+        parts = precision.split("+")
+        if "fp16" in parts:
+            config.set_flag(trt.BuilderFlag.FP16)
+        if "int8" in parts:  # explicit quantisation: the Q/DQ nodes say where
+            config.set_flag(trt.BuilderFlag.INT8)
     if profile:
         shapes = builder.create_optimization_profile()
         for entry in profile:

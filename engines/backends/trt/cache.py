@@ -1,5 +1,6 @@
-"""The TensorRT engine cache: one folder of serialised engines (and timing caches, and the
-fp16 ONNX files TensorRT 11 builds from), named by a key of everything an engine depends on.
+"""The TensorRT engine cache: one folder of serialised engines (and timing caches, the
+fp16 ONNX files TensorRT 11 builds from, the symmetric copies of INT8 files), named by a
+key of everything an engine depends on.
 
 An engine is valid only for the ONNX file, TensorRT version, GPU (name and compute
 capability), precision, optimisation profile and workspace it was built with; all of them
@@ -45,7 +46,7 @@ class EngineKey:
     trt_version: str
     gpu_name: str
     compute: tuple[int, int]
-    precision: str  # "fp32" or "fp16"
+    precision: str  # "fp32", "fp16", "int8" (a Q/DQ file) or "int8+fp16" (its float layers in fp16)
     profile: tuple[ProfileEntry, ...]
     workspace: int
 
@@ -87,6 +88,9 @@ class EngineCache:
 
     def fp16_onnx_path(self, model: Path, onnx_sha256: str) -> Path:
         return self.folder / f"{_safe(model.stem)}.{onnx_sha256[:24]}.fp16.onnx"
+
+    def int8_onnx_path(self, model: Path, onnx_sha256: str) -> Path:
+        return self.folder / f"{_safe(model.stem)}.{onnx_sha256[:24]}.s8.onnx"
 
     def read(self, path: Path) -> bytes | None:
         try:

@@ -32,7 +32,16 @@ from typing import Any
 import numpy as np
 
 from engines.backends.base import HostAllocator, HostBuffers, RuntimeOptions, TensorSpec, open_expecting
-from engines.backends.trt.build import OnnxIO, build_engine, fp16_onnx, make_logger, plan_profile, read_onnx_io
+from engines.backends.trt.build import (
+    OnnxIO,
+    build_engine,
+    fp16_onnx,
+    make_logger,
+    plan_precision,
+    plan_profile,
+    read_onnx_io,
+    symmetric_int8_onnx,
+)
 from engines.backends.trt.cache import EngineCache, EngineKey, file_sha256, stat_id
 from engines.backends.trt.env import GpuInfo, TrtUnavailable, check_supported, gpu_info, load_cupy, load_tensorrt
 from engines.errors import EngineError, ModelNotFound
@@ -121,7 +130,10 @@ class TrtRuntime:
         version = str(trt.__version__)
         check_supported(gpu, version)
         io = read_onnx_io(self.path)
-        precision = "fp16" if opts.trt_fp16 else "fp32"
+        precision = plan_precision(bool(opts.trt_fp16), io.quantized, major)
+        if io.quantized and opts.trt_fp16 and major >= 11:
+            log.info("%s: an INT8 file on TensorRT %s: its float layers stay in the file's float type "
+                     "(TensorRT 11 has no FP16 flag)", self.path.name, version)
         workspace = opts.trt_workspace or DEFAULT_WORKSPACE
         if opts.gpu_mem_limit:
             workspace = min(workspace, int(opts.gpu_mem_limit))
@@ -205,6 +217,8 @@ class TrtRuntime:
         source = self.path
         if key.precision == "fp16" and major >= 11:  # strongly typed: the precision is the ONNX file's
             source = fp16_onnx(self.path, key.onnx_sha256, cache)
+        elif key.precision.startswith("int8"):  # TensorRT takes symmetric INT8 only
+            source = symmetric_int8_onnx(self.path, key.onnx_sha256, cache)
         batch = max((e.max[0] for e in key.profile if e.min[0] != e.max[0]), default=0)
         self._say(f"building the TensorRT {key.trt_version} engine for {self.path.name} ({key.precision}"
                   f"{f', batch up to {batch}' if batch else ''}) on {key.gpu_name}: the first build of a model "
