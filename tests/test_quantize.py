@@ -261,3 +261,51 @@ def test_report_is_json_with_the_figures(neural_dir: Path) -> None:
     data = json.loads(report_path(q).read_text())
     assert data["budget"] == {"recall": "recall >= 0.99", "box_iou_median": "box_iou_median >= 0.95"}
     assert data["kept_float"] and data["source"] == "det_10g.onnx" and len(data["source_sha256"]) == 64
+
+
+def test_runtime_auto_runs_each_file_where_its_report_measured_it_faster(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import engines.cpu_features as cf
+
+    monkeypatch.setattr(cf, "cpu_features", lambda: VNNI)
+    src = tmp_path / "det_10g.onnx"
+    src.write_bytes(b"f" * 10)
+    q = int8_path(src)
+    q.write_bytes(b"q")
+    speed = {"cpu": VNNI.model, "onnxruntime": {"fp32_ms": 140.0, "int8_ms": 80.0},
+             "openvino": {"fp32_ms": 160.0, "int8_ms": 40.0}}
+    write_report(QuantReport("scrfd_10g", "detector", src.name, 10, "0" * 64, checked=True, passed=True,
+                             speed=speed), report_path(q))
+    both = ("onnxruntime", "openvino")
+    assert choose.faster_runtime(q, both) == "openvino"  # the INT8 file: OpenVINO's 40 ms
+    assert choose.faster_runtime(src, both) == "onnxruntime"  # the float file: ONNX Runtime's 140 ms
+    assert choose.faster_runtime(q, ("onnxruntime",)) == "onnxruntime"  # OpenVINO not installed
+    assert choose.auto_runtime_choice(src, RuntimeOptions(providers="cpu")) == ("openvino", "int8")
+    # figures from another CPU say nothing of this one
+    monkeypatch.setattr(cf, "cpu_features", lambda: CpuFeatures("another CPU", ("AVX-512 VNNI",)))
+    assert choose.faster_runtime(q, both) == "onnxruntime"
+
+
+def test_dlib_embedder_quantised_and_then_run_by_the_embedded_default(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The one real network: exported, quantised within the embedder budget with every
+    same-person verdict kept, then what the embedded default loads on a CPU with VNNI."""
+    import engines.cpu_features as cf
+    from engines.dlib.models import model_path
+    from engines.dlib.onnx_embedding import OnnxDlibEmbedding, checked_int8, load_embedding
+
+    folder = tmp_path / "models"
+    assert main(["models", "quantize", "dlib_embedder", "--models-dir", str(folder), "--faces", "8"]) == 0
+    assert "dlib_embedder: wrote dlib_embedder_int8.onnx (within budget" in capsys.readouterr().out
+    report = read_report(folder / "dlib_embedder_int8.onnx")
+    assert report is not None and report.usable and report.kept_float[:2] == ["stem_conv", "fc"]
+    assert report.measures["drift_p95"] < 0.003 and report.measures["verdicts_same"] == 1.0
+    monkeypatch.setenv("FACESTREAM_MODELS", str(folder))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(cf, "cpu_features", lambda: VNNI)
+    assert checked_int8() == folder / "dlib_embedder_int8.onnx"
+    model = load_embedding(model_path("embedding"))
+    assert isinstance(model, OnnxDlibEmbedding) and model.runtime.path.name == "dlib_embedder_int8.onnx"
+    monkeypatch.setattr(cf, "cpu_features", lambda: NO_INT8)
+    assert checked_int8() is None

@@ -102,13 +102,20 @@ def time_model(folder: Path, file: str, makers: dict, rounds: int) -> dict[tuple
     return {key: statistics.median(v) for key, v in times.items()}
 
 
-def auto_choice(folder: Path, file: str, measured: dict[tuple[str, str], float]) -> tuple[str, str] | None:
-    """What --runtime auto --precision auto runs for this model here (engines.quantize.choose)."""
+def auto_choice(folder: Path, file: str, measured: dict[tuple[str, str], float]) -> tuple[str, str, str] | None:
+    """What --runtime auto --precision auto runs for this model here (engines.quantize.choose),
+    and a mark: '*' where the INT8 file is unchecked (--no-budget: a stand-in's random weights)
+    and the figure is what auto would run were it within budget."""
     from engines.backends.base import RuntimeOptions
-    from engines.quantize.choose import auto_runtime_choice
+    from engines.int8 import int8_path, read_report
+    from engines.quantize.choose import auto_runtime_choice, faster_runtime
 
-    choice = auto_runtime_choice(folder / file, RuntimeOptions(kind="auto"))
-    return choice if choice in measured else None
+    kind, precision = auto_runtime_choice(folder / file, RuntimeOptions(kind="auto"))
+    mark = ""
+    report = read_report(int8_path(folder / file))
+    if precision == "fp32" and report is not None and not report.checked:
+        kind, precision, mark = faster_runtime(int8_path(folder / file)), "int8", "*"
+    return (kind, precision, mark) if (kind, precision) in measured else None
 
 
 def build(folder: Path, files: list[str]) -> None:
@@ -149,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{cpu.line()}; {args.threads or 'all'} threads; median of {args.rounds} runs, alternated")
     cols = [(k, p) for k in makers for p in ("fp32", "int8")]
     head = " | ".join(f"{k} {p}" for k, p in cols)
+    print("(auto: what --runtime auto --precision auto runs; * an unchecked INT8 file, what auto would run "
+          "were it within budget)")
     print(f"| model | {head} | auto |")
     print("|---" * (len(cols) + 2) + "|")
     for file in files:
@@ -159,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
             ms = measured.get(key)
             cells.append("-" if ms is None else f"{ms:,.0f} ms" + (f" ({base / ms:.1f}x)" if base else ""))
         auto = auto_choice(folder, file, measured)
-        auto_cell = f"{auto[0]} {auto[1]}" + (f" ({base / measured[auto]:.1f}x)" if base else "") if auto else "-"
+        auto_cell = "-"
+        if auto:
+            kind, precision, mark = auto
+            ratio = f" ({base / measured[(kind, precision)]:.1f}x)" if base else ""
+            auto_cell = f"{kind} {precision}{mark}{ratio}"
         print(f"| {file.removesuffix('.onnx')} | {' | '.join(cells)} | {auto_cell} |", flush=True)
     return 0
 

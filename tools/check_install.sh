@@ -48,6 +48,11 @@ step "triton-repo --backend python: the server to run is one that ships (NVIDIA'
 "$fs" triton-repo repo --backend python --models-dir models > triton.txt
 grep -q "nvcr.io/nvidia/tritonserver" triton.txt && ! grep -q "env.py" triton.txt && [ -s repo/arcface_w600k_r50/config.pbtxt ] \
     || { cat triton.txt; echo "triton-repo did not point at the container"; exit 1; }
+step "models quantize: an INT8 file and its report beside the stand-in ArcFace (calibrated on the astronaut)"
+"$fs" models quantize arcface_w600k_r50 --models-dir models --calibrate face.png > quantize.txt \
+    || { cat quantize.txt; echo "models quantize failed"; exit 1; }
+[ -s models/w600k_r50_int8.onnx ] && [ -s models/w600k_r50_int8.json ] && grep -q "within budget" quantize.txt \
+    || { cat quantize.txt; echo "models quantize wrote no checked file"; exit 1; }
 step "swap --config fast"
 "$fs" swap --config fast --source face.png --input clip.mp4 --output fast.mp4 -q
 step "swap --config quality"

@@ -1,4 +1,4 @@
-"""Section f: INT8 engines against FP16 ones on TensorRT (issue 55, item 6).
+"""Section f: INT8 engines against FP16 ones on TensorRT.
 
 For the cost-equivalent inswapper_128, det_10g and w600k_r50 (tools/cost_models.py: the
 published models' multiply-accumulates in real layers), each quantised to a static QDQ file
@@ -10,10 +10,8 @@ TensorRT 10, "int8" on 11) and reports:
   the FP16 output's range) and cosine (per sample, the worst).
 
 The INT8 files come from the project's quantiser (engines.quantize.quantizer: `prepare`
-then `quantize_file`, as `facestream models quantize NAME --no-budget` writes them), or,
-where it is missing, from ONNX Runtime's `quantize_static` directly (U8 activations, S8
-per-channel weights: the same format). Either way on random calibration inputs: the drift
-then says little about real weights, the speed holds. The report says which made them.
+then `quantize_file`, as `facestream models quantize NAME --no-budget` writes them), on
+random calibration inputs: the drift then says little about real weights, the speed holds.
 
 A dry run puts the synthetic stand-ins (tools/synth) on ONNX Runtime on the CPU, fp32
 against INT8, to exercise the code in seconds; its figures are marked `stand_in`.
@@ -36,7 +34,6 @@ from engines.backends.registry import runtime_factory
 log = logging.getLogger(__name__)
 
 Feeds = dict[str, np.ndarray]
-Quantize = Callable[[Path, Path, Sequence[Feeds]], Any]
 FILES = ("inswapper_128.onnx", "det_10g.onnx", "w600k_r50.onnx")
 
 
@@ -54,44 +51,19 @@ FEEDS: dict[str, Callable[[np.random.Generator], Feeds]] = {
 }
 
 
-def quantize_static_random(src: Path, dst: Path, calibration_inputs: Sequence[Feeds]) -> Path:
-    """The fallback quantiser: ONNX Runtime's static QDQ (U8S8, per-channel weights) calibrated on
-    `calibration_inputs` as they are."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.feeds = iter(calibration_inputs)
-
-        def get_next(self) -> Feeds | None:
-            return next(self.feeds, None)
-
-    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    return dst
-
-
 def quantize_ours(src: Path, dst: Path, calibration_inputs: Sequence[Feeds]) -> Path:
     """The project's quantiser (engines.quantize.quantizer) without its budget (`--no-budget`):
-    the file prepared, the first and last compute layers kept in float as it starts."""
+    the file prepared, the first layer and the last before each output kept in float, as a
+    `models quantize` run starts."""
     from engines.quantize import quantizer as ours
 
     with tempfile.TemporaryDirectory(prefix="gpu-check-int8-") as tmp:
         prepared, compute, unused = ours.prepare(src, Path(tmp))
-        keep = [compute[0], compute[-1]] if len(compute) > 2 else []
+        keep = ours.edge_layers(prepared)
+        if set(compute) <= set(keep):  # a dry run's one-layer stand-in: quantise it whole
+            keep = []
         ours.quantize_file(prepared, dst, calibration_inputs, keep, unused)
     return dst
-
-
-def quantizer() -> tuple[Quantize, str]:
-    """The project's quantiser when it is there, else the fallback; and which it is."""
-    try:
-        from engines.quantize import quantizer as ours
-    except ImportError:
-        return quantize_static_random, "onnxruntime.quantization.quantize_static (fallback)"
-    if callable(getattr(ours, "prepare", None)) and callable(getattr(ours, "quantize_file", None)):
-        return quantize_ours, "engines.quantize.quantizer (first and last layers in float, no budget)"
-    return quantize_static_random, "onnxruntime.quantization.quantize_static (fallback)"
 
 
 def write_cost_models(folder: Path, dry_run: bool, reuse: Path | None = None) -> dict[str, Path]:
@@ -153,7 +125,7 @@ def measure_int8(folder: Path, dry_run: bool, warmup: int, repeats: int, calibra
     """Per model: the FP16 and INT8 engines' latency, their ratio, and the INT8 engine's drift."""
     from engines.backends.onnx_io import is_quantized
 
-    quantize, made_by = quantizer()
+    quantize, made_by = quantize_ours, "engines.quantize.quantizer (edge layers in float, no budget)"
     floats = write_cost_models(folder / "int8-models", dry_run, reuse)
     cache = folder / "int8-engines"
     results: dict[str, Any] = {}
