@@ -9,9 +9,9 @@ BLAS on one thread as the pipeline sets it):
 - the numpy port and ONNX Runtime float (1 and 2 intra-op threads), batches of 1 and 6;
 - the face filter's real call, `embed_many` of six new faces, in line (the batch split over a
   helper thread) and on a background detection's thread, numpy port against ONNX Runtime;
-- ONNX Runtime INT8 (1 and 2 threads), from `quantize_static`: QDQ, activations QUInt8,
-  weights QInt8 per channel, Conv/Gemm/MatMul, the first convolution and the last Gemm left
-  in float; calibrated on ~50 chips of people not in the held-out set (scikit-image's
+- ONNX Runtime INT8 (1 and 2 threads), quantised as `facestream models quantize` does (QDQ,
+  activations QUInt8, weights QInt8 per channel, the first convolution and the last Gemm
+  left in float), but calibrated on ~50 chips of people not in the held-out set (scikit-image's
   lfw_subset faces scaled up, its cameraman, insightface's Tom Hanks crop, with mirrored and
   shifted copies);
 - the INT8 embedding's drift from the float one (1 - cosine, median and p95) on held-out
@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 from engines.backends.base import RuntimeOptions  # noqa: E402
 from engines.backends.ort import OrtRuntime  # noqa: E402
 from engines.dlib.embedder import DlibEmbedder  # noqa: E402
-from engines.dlib.embedding_io import FIRST_CONV, INPUT, LAST_GEMM, chips_to_blob  # noqa: E402
+from engines.dlib.embedding_io import INPUT, chips_to_blob  # noqa: E402
 from engines.dlib.landmarker import DlibLandmarker  # noqa: E402
 from engines.dlib.models import model_path, shared_model  # noqa: E402
 from engines.dlib.onnx_embedding import OnnxDlibEmbedding  # noqa: E402
@@ -144,20 +144,14 @@ def in_background(fn: Callable[[], object]) -> Callable[[], object]:
 
 
 def quantize(float_path: Path, out: Path, chips: np.ndarray) -> None:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    """The INT8 file as `facestream models quantize` writes it (engines.quantize.quantizer:
+    U8S8 QDQ, the first layer and the last kept in float), calibrated on `chips`."""
+    from engines.quantize import quantizer
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.rows = iter(chips_to_blob(chips[k:k + 1]) for k in range(len(chips)))
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            row = next(self.rows, None)
-            return None if row is None else {INPUT: row}
-
-    quantize_static(str(float_path), str(out), Reader(), quant_format=QuantFormat.QDQ,
-                    op_types_to_quantize=["Conv", "Gemm", "MatMul"], per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    nodes_to_exclude=[FIRST_CONV, LAST_GEMM])
+    with tempfile.TemporaryDirectory(prefix="dlib-int8-") as tmp:
+        prepared, _, unused = quantizer.prepare(float_path, Path(tmp))
+        feeds = [{INPUT: chips_to_blob(chips[k:k + 1])} for k in range(len(chips))]
+        quantizer.quantize_file(prepared, out, feeds, quantizer.edge_layers(prepared), unused)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {len(calib)} calibration chips, {len(held)} held-out chips")
         t = time.perf_counter()
         quantize(float_path, int8_path, calib)
-        print(f"  quantize_static: {time.perf_counter() - t:.1f} s, "
+        print(f"  quantised: {time.perf_counter() - t:.1f} s, "
               f"{float_path.stat().st_size / 1e6:.1f} MB -> {int8_path.stat().st_size / 1e6:.1f} MB")
 
         port = DlibResNet(model_path("embedding"))

@@ -241,14 +241,17 @@ def sensitive_nodes(prepared: Path, qdq: Path, compute: Sequence[str], feeds: Se
 
 
 def time_runtime(kind: str, path: Path, feeds: dict[str, np.ndarray], threads: int, runs: int) -> float | None:
-    """Median ms of `runs` runs of `path` on runtime `kind` (after one warm-up); None where
-    that runtime is not installed."""
+    """Median ms of `runs` runs of `path` on runtime `kind`'s CPU device (after one warm-up);
+    None where that runtime is not installed."""
     from engines.backends.registry import RUNTIMES
 
     if kind not in RUNTIMES:
         return None
     try:
-        runtime = RUNTIMES[kind](path, RuntimeOptions(kind=kind, intra_threads=threads), None)
+        # On the CPU, whatever else the machine has: the report's figures are this CPU's
+        # (what `--runtime auto` compares), not an iGPU's or a CUDA card's.
+        options = RuntimeOptions(kind=kind, intra_threads=threads, providers="cpu", device="CPU")
+        runtime = RUNTIMES[kind](path, options, None)
         runtime.open()
     except EngineError as exc:
         log.info("%s: not timed on %s (%s)", path.name, kind, exc)
