@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,20 +73,11 @@ class QuantReport:
 
 
 def write_report(report: QuantReport, path: str | os.PathLike[str]) -> None:
-    """Write the report as JSON, whole or not at all (a temporary file renamed over it)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    mask = os.umask(0)
-    os.umask(mask)
-    os.fchmod(fd, 0o666 & ~mask)  # as any file the user writes (mkstemp's are private)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(asdict(report), out, indent=2, sort_keys=True)
-            out.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write the report as JSON, whole or not at all."""
+    from engines.atomic_write import user_file_mode, write_atomically
+
+    text = json.dumps(asdict(report), indent=2, sort_keys=True) + "\n"
+    write_atomically(path, text.encode("utf-8"), user_file_mode())
 
 
 def read_report(path: str | os.PathLike[str]) -> QuantReport | None:

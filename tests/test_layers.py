@@ -159,7 +159,7 @@ def test_only_the_tools_edit_sys_path_and_all_alike() -> None:
 # (its own wing always). registry.py and fetch.py at the root assemble the wings: they may
 # import anything in engines.
 VOCABULARY = {"engines", "engines.errors", "engines.face", "engines.frame_views", "engines.protocols",
-              "engines.catalog", "engines.int8", "engines.cpu_features"}
+              "engines.catalog", "engines.int8", "engines.cpu_features", "engines.atomic_write"}
 WINGS = ("backends", "models", "classic", "dlib", "geometry", "quantize")
 WING_MAY_IMPORT = {
     "backends": set(),  # the root vocabulary only: a backend runs any model, knows none

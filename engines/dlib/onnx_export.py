@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from engines.atomic_write import write_atomically
 from engines.dlib.embedding_io import FIRST_CONV, INPUT, LAST_GEMM, OUTPUT
 from engines.dlib.resnet import BLOCKS, CHIP, Layer, read_network
 
@@ -150,19 +150,6 @@ def _pad_to(g: _Graph, x: str, channels: int, side: int, want_channels: int, wan
 def export_embedder(path: str | os.PathLike[str], source: str | os.PathLike[str]) -> Path:
     """Write the ONNX model of dlib's embedding network to `path` (atomically: a temporary
     file beside it, renamed into place) and return the path. `source`: dlib's .dat file."""
-    target = Path(path)
-    data = build_model(source).SerializeToString()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    log.info("wrote %s (%d bytes)", target, len(data))
+    target = write_atomically(path, build_model(source).SerializeToString(), 0o644)
+    log.info("wrote %s (%d bytes)", target, target.stat().st_size)
     return target

@@ -19,7 +19,6 @@ against INT8, to exercise the code in seconds; its figures are marked `stand_in`
 from __future__ import annotations
 
 import logging
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ import numpy as np
 
 from engines.backends.base import InferenceRuntime, RuntimeOptions
 from engines.backends.registry import runtime_factory
+from tools.gpu_check.models import latency_ms
 
 log = logging.getLogger(__name__)
 
@@ -90,18 +90,6 @@ def _runtime(path: Path, dry_run: bool, cache: Path, device_id: int) -> Inferenc
     return runtime_factory(options, None)(path)
 
 
-def _latency_ms(runtime: InferenceRuntime, feeds: Feeds, warmup: int, repeats: int) -> dict[str, float]:
-    for _ in range(warmup):
-        runtime.run(feeds)
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        runtime.run(feeds)
-        samples.append((time.perf_counter() - t0) * 1e3)
-    samples.sort()
-    return {"p50_ms": round(statistics.median(samples), 4),
-            "p95_ms": round(samples[min(len(samples) - 1, int(0.95 * len(samples)))], 4)}
-
 
 def drift(reference: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
     """Per output: PSNR in dB (peak: the reference's range; inf when equal) and the worst
@@ -149,7 +137,7 @@ def measure_int8(folder: Path, dry_run: bool, warmup: int, repeats: int, calibra
                 runtimes.append(runtime)
                 runtime.open()
                 entry[f"{label}_open_s"] = round(time.perf_counter() - t0, 2)  # the engine build, first time
-                entry[label] = _latency_ms(runtime, feeds, warmup, repeats)
+                entry[label] = latency_ms(runtime, feeds, warmup, repeats)
                 outputs[label] = runtime.run(feeds)
                 engine = getattr(runtime, "engine_path", None)
                 if engine is not None:

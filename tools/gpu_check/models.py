@@ -64,7 +64,7 @@ CASES = (
 )
 
 
-def _latency_ms(runtime: InferenceRuntime, feeds: dict[str, np.ndarray], warmup: int,
+def latency_ms(runtime: InferenceRuntime, feeds: dict[str, np.ndarray], warmup: int,
                 repeats: int) -> dict[str, float]:
     for _ in range(warmup):
         runtime.run(feeds)
@@ -108,7 +108,7 @@ def measure_models(files: dict[str, Path], kind: str, dry_run: bool, batches: Se
             try:
                 runtime = make_runtime(path, kind, precision, dry_run)
                 runtime.open()
-                one["latency"] = {str(n): _latency_ms(runtime, inputs[n], warmup, repeats) for n in sizes}
+                one["latency"] = {str(n): latency_ms(runtime, inputs[n], warmup, repeats) for n in sizes}
                 one["max_abs_diff"] = max(_max_diff(runtime.run(inputs[n]), expected[n]) for n in compare_at)
                 one["diff_at_batches"] = compare_at
                 notes = getattr(runtime, "notes", None)

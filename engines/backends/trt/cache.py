@@ -15,10 +15,11 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from engines.atomic_write import write_atomically
 
 try:
     import fcntl
@@ -100,18 +101,7 @@ class EngineCache:
 
     def write(self, path: Path, data: bytes) -> None:
         """Write `data` to `path` atomically: readers see the old file or the whole new one."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomically(path, data)
 
     @contextlib.contextmanager
     def lock(self, path: Path) -> Iterator[None]:
