@@ -100,6 +100,6 @@ def test_a_gpu_the_installed_runtime_cannot_use_is_said(capsys: pytest.CaptureFi
     card = DeviceMemory("Fake GPU 8 GB", 8 * GiB, 7 * GiB)
     monkeypatch.setattr("stream.job.vram_plan.device_memory", lambda device_id=0: card)
     monkeypatch.setattr(doctor, "_pinned_memory", lambda: doctor.Finding("gpu", "pinned memory", "fake", True))
-    monkeypatch.setattr("stream.job.run_plan.available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.setattr("engines.backends.ort.available_providers", lambda: ["CPUExecutionProvider"])
     assert doctor.run_doctor(load_config()) == 0
     assert "the GPU is not used by this runtime as installed" in capsys.readouterr().out

@@ -92,7 +92,7 @@ def test_cpu_runs_have_no_plan_and_say_max_vram_changes_nothing(models_dir: Path
     assert planned.notes == ["--max-vram has no effect: the models run on the CPU"]
     dlib = load_config(None, ['engine="dlib"', 'runtime.kind="tensorrt"'])
     assert plan_run(dlib, _card(80)).plan is None and plan_run(dlib, _card(80)).notes == []
-    monkeypatch.setattr("stream.job.run_plan.available_providers",  # onnxruntime-gpu's providers
+    monkeypatch.setattr("engines.backends.ort.available_providers",  # onnxruntime-gpu's providers
                         lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
     assert gpu_runtime(load_config(None, ['runtime.providers="cuda"']).runtime)
     assert gpu_runtime(load_config(None, []).runtime)  # auto: CUDA first when it is installed

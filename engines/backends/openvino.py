@@ -163,6 +163,7 @@ class OpenVinoRuntime:
         self.device = ""  # what the model was compiled for, once open ("AUTO", "CPU", ...)
         self.inputs: list[TensorSpec] = []
         self.outputs: list[TensorSpec] = []
+        self._index: dict[str, int] = {}  # output name -> its place in a result (set by open)
         self.calls = 0
         self._host = HostBuffers(allocator)
         self._idle: list[Any] = []  # infer requests not in use
@@ -196,6 +197,7 @@ class OpenVinoRuntime:
         self.device = device
         self.inputs = [_spec(p) for p in self.compiled.inputs]
         self.outputs = [_spec(p) for p in self.compiled.outputs]
+        self._index = {o.name: i for i, o in enumerate(self.outputs)}
         log.debug("%s on OpenVINO %s (%s threads on the CPU)", self.path.name, device, threads)
 
     def _read(self, ov: ModuleType) -> Any:
@@ -223,12 +225,12 @@ class OpenVinoRuntime:
         memory, so they are copied out (into `outputs` where given) before it is given back."""
         if self.compiled is None:
             self.open()
-        known = [o.name for o in self.outputs]
-        wanted = names or known
-        missing = [n for n in wanted if n not in known]
+        index = self._index
+        wanted = names or list(index)
+        missing = [n for n in wanted if n not in index]
         if missing:
             raise EngineError(f"model file {str(self.path)!r} has no output {missing[0]!r}; "
-                              f"outputs: {', '.join(known)}")
+                              f"outputs: {', '.join(index)}")
         with self._lock:
             request = self._idle.pop() if self._idle else None
             compiled = self.compiled
@@ -238,7 +240,6 @@ class OpenVinoRuntime:
         try:
             # Inputs are read in place (the call is synchronous, the caller's arrays outlive it).
             result = request.infer(feeds, share_inputs=True, share_outputs=share)
-            index = {name: i for i, name in enumerate(known)}
             out: dict[str, np.ndarray] = {}
             for name in wanted:
                 value = result[index[name]]

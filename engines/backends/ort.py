@@ -68,6 +68,17 @@ def available_providers() -> list[str]:
     return list(ort.get_available_providers())
 
 
+def runs_on_cuda(providers: str | list[str]) -> bool:
+    """Whether ONNX Runtime, asked for these providers, runs the models on an NVIDIA GPU (its
+    first provider CUDA or the TensorRT EP); False where the ask cannot be met (the runtime
+    says why when it opens)."""
+    try:
+        chosen = choose_providers(providers, available_providers())
+    except ValueError:
+        return False
+    return bool(chosen) and chosen[0] in CUDA_PROVIDERS
+
+
 def choose_providers(wanted: str | list[str], installed: list[str]) -> list[str]:
     """The provider list to hand to ONNX Runtime; ValueError naming what is missing."""
     if wanted == "auto":

@@ -27,11 +27,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from engines.backends.base import HostAllocator, InferenceRuntime, RuntimeOptions
-from engines.backends.registry import RUNTIMES, RuntimeFactory, runtime_factory
+from engines.backends.registry import AUTO, RuntimeFactory, runtime_factory
 from engines.int8 import QuantReport, fresh_report, int8_path, is_int8_name, read_report
 
 PRECISIONS = ("auto", "fp32", "fp16", "int8")
-AUTO = "auto"
 CPU_RUNTIMES = ("onnxruntime", "openvino")
 
 
@@ -51,12 +50,9 @@ def on_gpu(options: RuntimeOptions) -> bool:
         return True
     if options.kind not in ("onnxruntime", AUTO):
         return False
-    from engines.backends.ort import CUDA_PROVIDERS, available_providers, choose_providers
+    from engines.backends.ort import runs_on_cuda
 
-    try:
-        return choose_providers(options.providers, available_providers())[0] in CUDA_PROVIDERS
-    except (ValueError, IndexError, ImportError):
-        return False
+    return runs_on_cuda(options.providers)
 
 
 def resolved_kind(options: RuntimeOptions) -> str:
@@ -199,5 +195,3 @@ def auto_runtime_choice(float_path: Path, options: RuntimeOptions) -> tuple[str,
     chosen = factory.pick(float_path)
     return factory.runtime_kind(chosen), "int8" if is_int8_name(chosen) else "fp32"
 
-
-assert AUTO not in RUNTIMES  # `auto` is settled here, per file, never made by the registry

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,7 +39,6 @@ class Family(Protocol):
     """How one model kind is fed and judged."""
 
     kind: str
-    uses_frames: bool  # whole pictures (detectors), not face crops
 
     def items(self, faces: Sequence[FaceSample], frames: Sequence[ImageBGR]) -> list[Item]: ...
 
@@ -101,7 +100,6 @@ class DetectorFamily:
     runtime: InferenceRuntime
     size: int = 640
     kind: str = "detector"
-    uses_frames: bool = True
 
     def __post_init__(self) -> None:
         from engines.models.scrfd import ScrfdDetector
@@ -145,7 +143,6 @@ class ArcFaceFamily:
 
     runtime: InferenceRuntime
     kind: str = "embedder"
-    uses_frames: bool = False
 
     def __post_init__(self) -> None:
         from engines.models.arcface import ArcFaceEmbedder
@@ -167,7 +164,6 @@ class DlibEmbedderFamily:
 
     runtime: InferenceRuntime
     kind: str = "embedder"
-    uses_frames: bool = False
 
     def __post_init__(self) -> None:
         self.runtime.open()
@@ -197,7 +193,6 @@ class ConverterFamily:
     runtime: InferenceRuntime
     embed: Callable[[FaceSample], np.ndarray] | None = None  # ArcFace, where its file is found
     kind: str = "converter"
-    uses_frames: bool = False
 
     def __post_init__(self) -> None:
         self.runtime.open()
@@ -225,8 +220,6 @@ class SwapperFamily:
     converter: InferenceRuntime | None = None
     arcface: Any = None  # an opened ArcFaceEmbedder, or None: identity not measured
     kind: str = "swapper"
-    uses_frames: bool = False
-    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from engines.models.inswapper import InSwapper
@@ -299,7 +292,6 @@ class LandmarkerFamily:
 
     runtime: InferenceRuntime
     kind: str = "landmarker"
-    uses_frames: bool = False
 
     def __post_init__(self) -> None:
         from engines.models.fan import FanLandmarker
@@ -331,7 +323,6 @@ class EnhancerFamily:
     runtime: InferenceRuntime
     name: str
     kind: str = "enhancer"
-    uses_frames: bool = False
 
     def __post_init__(self) -> None:
         from engines.models.enhancers import enhancer_profile
@@ -365,7 +356,6 @@ class MaskFamily:
 
     runtime: InferenceRuntime
     kind: str  # occluder | parser
-    uses_frames: bool = False
 
     def __post_init__(self) -> None:
         self.runtime.open()

@@ -26,7 +26,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -64,8 +64,6 @@ class Outcome:
     written: Path | None
     report: QuantReport
     line: str
-    items: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 def file_sha256(path: Path) -> str:
@@ -132,26 +130,18 @@ def edge_layers(model_path: Path) -> list[str]:
     return kept
 
 
-class _Reader:
+def _as_reader(feeds: Sequence[dict[str, np.ndarray]]):  # -> CalibrationDataReader
     """ONNX Runtime's calibration reader over a list of feeds."""
-
-    def __init__(self, feeds: Sequence[dict[str, np.ndarray]]) -> None:
-        self._it = iter(list(feeds))
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._it, None)
-
-    def rewind(self) -> None:  # some ORT versions ask for it
-        pass
-
-
-def _as_reader(feeds: Sequence[dict[str, np.ndarray]]):
     from onnxruntime.quantization import CalibrationDataReader
 
-    class Reader(_Reader, CalibrationDataReader):
-        pass
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter(list(feeds))
 
-    return Reader(feeds)
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._it, None)
+
+    return Reader()
 
 
 @contextlib.contextmanager
@@ -335,7 +325,7 @@ def quantize_model(name: str, kind: str, src: Path, samples: SampleSet, options:
             speed=speed, written=date.today().isoformat())
         if not passed and options.budget:
             return Outcome(None, report, f"{name}: refused, over the {kind} budget: {miss}; "
-                                         f"the float file stays in use", len(calib_items))
+                                         f"the float file stays in use")
         os.replace(qdq, dst)
         write_report(report, report_path(dst))
     ort_speed = report.speedup("onnxruntime")
@@ -344,4 +334,4 @@ def quantize_model(name: str, kind: str, src: Path, samples: SampleSet, options:
             f"{': ' + figures if figures else ''}"
             f"{f'; {ort_speed:.2f}x float on ONNX Runtime' if ort_speed else ''}"
             f"{'; over budget: ' + miss if miss else ''})")
-    return Outcome(dst, report, line, len(calib_items))
+    return Outcome(dst, report, line)

@@ -60,9 +60,7 @@ def find_faces(images: Sequence[ImageBGR], per_image: int = 12) -> list[FaceSamp
         boxes.sort(key=lambda b: (b[2] - b[0]) * (b[3] - b[1]), reverse=True)
         boxes = boxes[:per_image]
         for box, points in zip(boxes, landmarker.forward_many(views, boxes)):
-            pts = np.array([[p.x, p.y] for p in points.parts()], np.float32) if hasattr(points, "parts") \
-                else np.asarray(points, np.float32)
-            found.append(FaceSample(image, box, pts, len(found)))
+            found.append(FaceSample(image, box, np.asarray(points, np.float32), len(found)))
     return found
 
 
@@ -95,15 +93,16 @@ def _variants(faces: list[FaceSample], count: int, rng: np.random.Generator) -> 
     if not faces:
         return []
     out = list(faces[:count])
-    cache: dict[int, tuple[ImageBGR, np.ndarray]] = {}
+    # One variant of each picture a round, shared by the faces in it (a group photo is
+    # turned once for its six faces, not six times).
+    made: dict[tuple[int, int], tuple[ImageBGR, np.ndarray]] = {}
     k = 0
     while len(out) < count:
         face = faces[k % len(faces)]
-        key = id(face.image) * 1000 + k // len(faces)
-        if key not in cache:
-            cache[key] = _variant(face.image, rng)
-        image, m = cache[key]
-        out.append(_moved(face, image, m))
+        key = (id(face.image), k // len(faces))
+        if key not in made:
+            made[key] = _variant(face.image, rng)
+        out.append(_moved(face, *made[key]))
         k += 1
     return out
 
@@ -126,7 +125,7 @@ def sample_set(images: Sequence[ImageBGR], calibration: int, held_out: int, seed
         # variants only: the originals are calibration inputs
         held = _variants(faces, held_out + len(faces), np.random.default_rng(seed + 1))[len(faces):]
     rng_c, rng_h = np.random.default_rng(seed + 2), np.random.default_rng(seed + 3)
-    frames_c = [img for img in images] + [_variant(images[i % len(images)], rng_c)[0]
-                                          for i in range(max(0, min(calibration, 16) - len(images)))]
+    frames_c = list(images) + [_variant(images[i % len(images)], rng_c)[0]
+                               for i in range(max(0, min(calibration, 16) - len(images)))]
     frames_h = [_variant(images[i % len(images)], rng_h)[0] for i in range(max(2, min(held_out, 8)))]
     return SampleSet(calib, held, frames_c[:max(calibration, 1)], frames_h, len(faces), how)

@@ -148,7 +148,9 @@ def cmd_models_quantize(args: argparse.Namespace) -> int:
                        f"{len(pictures)} picture{'s' if len(pictures) > 1 else ''}") from None
     print(f"calibration: {what}: {samples.faces_found} faces found; held out: {samples.held_out_faces}")
     options = QuantizeOptions(budget=not args.no_budget, threads=args.threads)
-    arcface = _arcface(models_dir, args.threads)
+    # ArcFace is the swappers' sources and identity measure, the converter's inputs: loaded for them only
+    wants_arcface = any(kind in ("swapper", "converter") for _, kind in files.values())
+    arcface = _arcface(models_dir, args.threads) if wants_arcface else None
     written, refused = [], []
     for name, (path, kind) in files.items():
         outcome = quantize_model(name, kind, path, samples, options, arcface=arcface,

@@ -13,13 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engines.backends.base import RuntimeOptions
-from engines.backends.ort import available_providers, choose_providers
+from engines.backends.ort import runs_on_cuda
 from engines.catalog import locate
 from stream.config import Config
 from stream.errors import StreamError
 from stream.job.vram_plan import SMALLER_DETECTOR, DeviceMemory, PlanRequest, VramPlan, device_memory, plan_vram
-
-GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
 
 
 class PlanDoesNotFit(StreamError):
@@ -40,11 +38,7 @@ def gpu_runtime(options: RuntimeOptions) -> bool:
         return True
     if options.kind not in ("onnxruntime", "auto"):  # auto is ONNX Runtime where it has a GPU
         return False  # a remote runtime's memory is its server's; OpenVINO's is no CUDA card's
-    try:
-        chosen = choose_providers(options.providers, available_providers())
-    except ValueError:
-        return False  # the runtime says what is wrong when it opens
-    return bool(chosen) and chosen[0] in GPU_PROVIDERS
+    return runs_on_cuda(options.providers)
 
 
 def neural_run(config: Config) -> bool:
