@@ -30,13 +30,6 @@ from engines.classic.blend import (
     soften_by,
     transfer_color,
 )
-from engines.classic.piecewise_affine import (
-    _nonzero,
-    _pixels_of,
-    forward_warp,
-    prepare_affines,
-    prepare_triangulation,
-)
 from engines.classic.swapper import (
     LEVEL_MARGIN,
     ClassicalOptions,
@@ -48,6 +41,13 @@ from engines.dlib.models import model_path
 from engines.errors import EngineError
 from engines.face import INNER_LIPS, Face, SwapResult
 from engines.geometry.measures import face_size, face_turn, mouth_open_ratio
+from engines.geometry.piecewise_affine import (
+    _nonzero,
+    _pixels_of,
+    forward_warp,
+    prepare_affines,
+    prepare_triangulation,
+)
 
 
 @dataclass(frozen=True)
@@ -840,7 +840,7 @@ def test_a_squeezed_half_face_is_sampled_over_each_pixel(astro, monkeypatch):
     # averaged. One bilinear sample a pixel skips four source pixels in five and aliases (a
     # dotted line down a turned face's far cheek); the squeezed triangles, sampled over each
     # pixel, come much closer. The rest of the warp is left exactly as it was.
-    from engines.classic import piecewise_affine
+    from engines.geometry import piecewise_affine
 
     rng = np.random.default_rng(3)
     h, w = astro.image.shape[:2]
@@ -889,8 +889,8 @@ def test_a_crease_is_drawn_from_the_surfaces_beside_it(monkeypatch):
     # or brighter than everything around them (a dotted line down the face); the mean over
     # its whole source drew a line. Its pixels now lie within what their neighbours on the
     # surfaces either side show, and nothing off the crease changes.
-    from engines.classic import piecewise_affine
-    from engines.classic.piecewise_affine import prepare_mesh
+    from engines.geometry import piecewise_affine
+    from engines.geometry.piecewise_affine import prepare_mesh
 
     rng = np.random.default_rng(5)
     image = cv2.GaussianBlur(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), (0, 0), 0.7)

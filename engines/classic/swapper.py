@@ -32,7 +32,11 @@ from engines.classic.blend import (
     soften_by,
 )
 from engines.classic.occlusion import cut_occlusion
-from engines.classic.piecewise_affine import (
+from engines.errors import EngineError
+from engines.face import AREAS, BROWS, OUTER_LIPS, Face, ImageBGR, Landmarks68, SwapResult
+from engines.geometry.face_align import fit_similarity
+from engines.geometry.measures import face_size, face_turn, mouth_open_ratio
+from engines.geometry.piecewise_affine import (
     Points,
     SourceMesh,
     Triangles,
@@ -40,10 +44,6 @@ from engines.classic.piecewise_affine import (
     prepare_mesh,
     prepare_triangulation,
 )
-from engines.errors import EngineError
-from engines.face import AREAS, BROWS, OUTER_LIPS, Face, ImageBGR, Landmarks68, SwapResult
-from engines.geometry.face_align import fit_similarity
-from engines.geometry.measures import face_size, face_turn, mouth_open_ratio
 from engines.protocols import BatchSpec
 
 log = logging.getLogger(__name__)

@@ -72,9 +72,9 @@ def prepare_triangulation(landmarks: Points) -> Triangles:
         raise EngineError("cannot triangulate landmarks: all points coincide or are collinear")
     # Subdiv2D returns coordinates, not indices; map each corner back to its landmark. Corners
     # that match no landmark belong to Subdiv2D's virtual outer triangle and are dropped.
-    dist = np.linalg.norm(corners[:, :, None, :] - pts[None, None, :, :], axis=-1)
-    index = dist.argmin(axis=-1)
-    keep = (dist.min(axis=-1) < 1e-2).all(axis=1)
+    index, matched = _corner_indices(corners.reshape(-1, 2), pts)
+    index, matched = index.reshape(-1, 3), matched.reshape(-1, 3)
+    keep = matched.all(axis=1)
     keep &= (index[:, 0] != index[:, 1]) & (index[:, 1] != index[:, 2])
     keep &= index[:, 0] != index[:, 2]
     tri = index[keep].astype(np.int32)
@@ -88,6 +88,26 @@ def prepare_triangulation(landmarks: Points) -> Triangles:
     if len(tri) >= MAX_TRIANGLES:
         raise EngineError(f"too many triangles ({len(tri)}) for {len(pts)} points")
     return np.ascontiguousarray(tri)
+
+
+def _corner_indices(corners: Points, pts: Points) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+    """For each triangle corner (Subdiv2D's float32 copy of a point), the index of the point it
+    is (the first of equal points) and whether it is one (within 0.01 px). Subdiv2D keeps the
+    points' float32 values, so nearly every corner is found by its exact bits (a sorted search:
+    a carried swap triangulates its face's points on every frame); the rest are matched by
+    distance."""
+    keys = np.ascontiguousarray(pts, np.float32).view(np.int64).ravel()
+    wanted = np.ascontiguousarray(corners, np.float32).view(np.int64).ravel()
+    order = np.argsort(keys, kind="stable")
+    at = np.minimum(np.searchsorted(keys[order], wanted), len(keys) - 1)
+    index = order[at]
+    matched = keys[index] == wanted
+    if not matched.all():
+        rest = ~matched
+        dist = np.linalg.norm(corners[rest][:, None, :] - pts[None, :, :], axis=-1)
+        index[rest] = dist.argmin(axis=-1)
+        matched[rest] = dist.min(axis=-1) < 1e-2
+    return index, matched
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,10 +186,26 @@ def forward_warp(
     pixels of triangles that squeeze the source hard are the mean of several samples
     (`resample_squeezed`).
     """
+    dst = np.asarray(dst_points, np.float32)
+    map_x, map_y, labels, coef = warp_maps(mesh, dst, size)
+    patch = cv2.remap(mesh.image, map_x, map_y, cv2.INTER_LINEAR,
+                      borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0))
+    if squeezed:
+        resample_squeezed(patch, labels, mesh, dst, coef)
+    valid = cv2.compare(labels, 0, cv2.CMP_GT)
+    return patch, valid
+
+
+def warp_maps(mesh: SourceMesh, dst: Points, size: tuple[int, int]
+              ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.uint8],
+                         npt.NDArray[np.float64]]:
+    """The sample maps of `forward_warp` over a (w, h) region: for each pixel, where in the
+    mesh's image it samples (map_x, map_y, for cv2.remap; far outside the image where no
+    triangle covers the pixel), each pixel's triangle id + 1 (0: none), and the triangles'
+    maps (`prepare_affines`). Any plane laid like the mesh's image can be remapped with them."""
     w, h = size
     triangles = mesh.triangles
     n = len(triangles)
-    dst = np.asarray(dst_points, np.float32)
     # Rasterise triangle ids (1-based) into a label image of the region only.
     labels = np.zeros((h, w), np.uint8)
     fixed = np.round(dst[triangles] * _ONE).astype(np.int32)  # (T, 3, 2)
@@ -202,13 +238,7 @@ def forward_warp(
     cv2.max(map_y, lut(labels, bounds[1]), dst=map_y)
     cv2.min(map_x, lut(labels, bounds[2]), dst=map_x)
     cv2.min(map_y, lut(labels, bounds[3]), dst=map_y)
-
-    patch = cv2.remap(mesh.image, map_x, map_y, cv2.INTER_LINEAR,
-                      borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0))
-    if squeezed:
-        resample_squeezed(patch, labels, mesh, dst, coef)
-    valid = cv2.compare(labels, 0, cv2.CMP_GT)
-    return patch, valid
+    return map_x, map_y, labels, coef
 
 
 def squeezed_samples(coef: npt.NDArray[np.float64], dst: Points,
