@@ -197,6 +197,30 @@ class Swapper(Protocol):
         ...
 
 
+@runtime_checkable
+class CarrySwapper(Protocol):
+    """A swapper whose swap of a face can be made on one frame and carried onto the later ones
+    (stream/stages/carry.py: live runs swap each face at a cadence, off the frame path). The
+    cut and the carry are cheap and run on the frame path; the swap itself may run on any
+    thread, while the frame it was cut from is gone."""
+
+    def cut(self, frame: ImageBGR, face: Face, source: Any) -> Any:
+        """What the swap of `face` needs from `frame`, copied out of it (the swapper's own
+        type); None when the face cannot be swapped."""
+        ...
+
+    def swap_cut(self, cut: Any) -> Any:
+        """The swap of a cut face (the slow part): the swapper's own type, made for the face's
+        landmarks on the frame it was cut from."""
+        ...
+
+    def carry_many(self, frame: ImageBGR, faces: Sequence[Face], swaps: Sequence[Any]) -> list[SwapResult | None]:
+        """Each face's swap (None: it has none) moved from the landmarks it was made for onto
+        the face's landmarks in `frame` (only read): results to `paste` in order, as
+        `finish_batch`'s. None for a face with no swap or one too far from it to carry."""
+        ...
+
+
 class Enhancer(Protocol):
     """Restores swapped faces (GFPGAN): run in the swap stage, pasted by the composite stage."""
 

@@ -296,8 +296,19 @@ class ModelsConfig:
     # Which files run: auto, fp32, fp16 or int8 (engines/quantize/choose.py): auto takes the
     # INT8 files that passed their drift budget on a CPU with INT8 instructions.
     precision: str = "auto"
+    # How often each face's swap runs (stream/stages/carry.py): every N frames, its last swap
+    # carried between by a warp onto the face's landmarks; auto: files every frame, live runs of
+    # the neural engine as often as a worker off the frame path can, the classical engine every
+    # frame. (None reads as auto: a field that takes a number or a word.)
+    swap_every: int | str | None = None
 
     def __post_init__(self) -> None:
+        every = "auto" if self.swap_every is None else self.swap_every
+        if isinstance(every, str) and every.strip().isdigit():
+            every = int(every)
+        _check(every == "auto" or (isinstance(every, int) and not isinstance(every, bool) and every >= 1),
+               f"models.swap_every must be a whole number >= 1 or auto, got {self.swap_every!r}")
+        self.swap_every = every
         _check(self.detect_size >= 32 and self.detect_size % 32 == 0,
                f"models.detect_size must be a positive multiple of 32, got {self.detect_size}")
         _check(isinstance(self.recrop_after_paste, bool),

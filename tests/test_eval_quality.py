@@ -393,3 +393,98 @@ def test_the_suite_passes_each_set_to_facestream_swap(tmp_path: Path) -> None:
     assert res.stderr.strip().splitlines()[-1] == (
         "eval_quality: facestream swap --config fast on leave-return.mp4 failed: "
         "facestream: error: swap.shading must be in [0, 1], got 2")
+
+
+def test_cadences_parse_with_every_frame_first() -> None:
+    from tools.eval_quality import parse_args
+    from tools.quality.cadence import label, parse_cadences, split_label
+
+    assert parse_cadences("8,4") == (1, 4, 8)
+    assert parse_cadences("1") == (1,)
+    with pytest.raises(ValueError, match="'0'"):
+        parse_cadences("4,0")
+    assert label("default", 4) == "default@4" and split_label("default@4") == ("default", 4)
+    assert split_label("default") is None
+    assert parse_args(["--suite", "--swap-every", "4"]).cadences == (1, 4)
+    for argv in (["--suite", "--stand-in"], ["--swap-every", "4", "--make-clips", "x"],
+                 ["--suite", "--swap-every", "4", "--stand-in", "--engine", "dlib"], ["--suite", "--swap-every", "x"]):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+
+
+def test_face_psnr_reads_the_face_regions_only() -> None:
+    from tools.quality.cadence import FACE_GROW, FacePsnr, face_mask
+    from tools.quality.truth import grow
+
+    box = (100.0, 100.0, 150.0, 150.0)
+    truth = FrameTruth(faces=(box,))
+    ref = np.full((360, 640, 3), 100, np.uint8)
+    other = ref.copy()
+    other[300:350, 500:550] = 0  # away from the face
+    figures = FacePsnr()
+    mask = face_mask(truth, ref.shape)
+    figures.add(ref, other, mask)
+    assert figures.psnr == np.inf and figures.carried_psnr is None
+    x0, y0, x1, y1 = clip_box(grow(box, FACE_GROW), (640, 360))
+    assert mask.sum() == (x1 - x0) * (y1 - y0) and (x1 - x0) > 50
+    other[y0:y1, x0:x1] = 110  # every face pixel 10 levels off: MSE 100
+    figures.add(ref, other, mask, carried=True)
+    assert figures.worst == pytest.approx(10 * np.log10(255 ** 2 / 100)) and figures.worst_frame == 1
+    assert figures.carried_psnr == pytest.approx(figures.worst)
+    assert figures.psnr == pytest.approx(10 * np.log10(255 ** 2 / 50))  # half the pixels off
+
+
+def test_a_cadence_row_names_the_goals_it_misses() -> None:
+    from tools.quality.cadence import FacePsnr, compare
+    from tools.quality.measure import QualityReport
+
+    every = QualityReport("c", "default@1", 60, 12, dist_after=0.55, landmark_shift=0.030, flicker=1.00, jitter=1.2)
+    close = QualityReport("c", "default@4", 60, 12, dist_after=0.565, landmark_shift=0.038, flicker=1.10, jitter=1.5)
+    far = QualityReport("c", "default@8", 60, 12, dist_after=0.575, landmark_shift=0.045, flicker=1.20, jitter=1.8)
+    row = compare(every, close, "default", 4, FacePsnr())
+    assert row.misses == [] and row.dist_delta == pytest.approx(0.015) and row.shift_delta == pytest.approx(0.008)
+    assert row.flicker_vs_every == pytest.approx(1.1) and row.jitter_vs_every == pytest.approx(1.25)
+    assert compare(every, far, "default", 8, FacePsnr()).misses == ["identity", "shift", "flicker"]
+
+
+@pytest.mark.slow
+def test_the_suite_at_a_cadence_swaps_each_n_against_every_frame(short_clip, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                                                 tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from tools import eval_quality
+    from tools.quality import suite
+
+    asked = []
+
+    def swap(clip, output: Path, config: str, extra: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
+        asked.append((output.name, config, extra))
+        shutil.copy(clip.video, output)  # an untouched output at every cadence
+
+    monkeypatch.setattr(suite, "make_clip_set", lambda folder, names: [short_clip])
+    monkeypatch.setattr(suite, "run_swap", swap)
+    assert eval_quality.main(["--suite", "--configs", "default", "--swap-every", "4", "--sample-every", "4",
+                              "--workdir", str(short_clip.video.parent), "--json", str(tmp_path / "f.json")]) == 0
+    name = short_clip.name
+    lossless = ("--set", "encode.crf=0")  # the encoder's loss kept out of the PSNR
+    assert asked == [(f"{name}.default@1.mp4", "default", lossless + ("--swap-every", "1")),
+                     (f"{name}.default@4.mp4", "default", lossless + ("--swap-every", "4"))]
+    out = capsys.readouterr().out
+    assert f"{name}  default@4" in out
+    figures = json.loads((tmp_path / "f.json").read_text())
+    assert [o["config"] for o in figures["outputs"]] == ["default@1", "default@4"]
+    (row,) = figures["cadence"]
+    assert row["clip"] == name and row["every"] == 4 and row["psnr"] == np.inf
+    assert row["dist_delta"] == 0.0 and row["shift_delta"] == 0.0 and row["misses"] == []
+    assert figures["curve"] == [{"config": "default", "every": 4, "psnr": np.inf, "dist_delta": 0.0,
+                                 "shift_delta": 0.0, "flicker": 1.0, "flicker_vs_every": 1.0, "jitter_vs_every": 1.0}]
+
+
+@pytest.mark.slow
+def test_the_neural_stand_in_swaps_at_its_cadence_and_carries_between(models: Models, short_clip,  # type: ignore[no-untyped-def]
+                                                                      tmp_path: Path) -> None:
+    from tools.quality.standin import clip_rows, standin_swapper
+
+    swapper = standin_swapper(tmp_path)
+    (row,) = clip_rows(models, swapper, short_clip, (1, 4))
+    assert row.every == 4 and (row.swaps, row.carried) == (2, 6)  # one face, swapped on frames 0 and 4
+    # The carried frames differ from every frame's swap; the swapped ones hardly do.
+    assert row.carried_psnr is not None and 15 < row.carried_psnr < row.psnr < np.inf

@@ -25,6 +25,18 @@ client (and the WHEP viewer) receive them, timed by packet arrival (tools/webrtc
     python tools/bench_live.py --faces 1 --via whip   # WHIP publisher + WHEP viewer: first frame, round trips
     python tools/bench_live.py --via rtsp             # an RTSP camera with sound -> RTSP out and WHEP
 
+`--engine neural` runs the neural engine on the cost-equivalent models (tools/cost_models.py;
+built into a temporary folder unless `--models-dir` holds them, INT8 twins included where
+`facestream models quantize` made them there): inswapper_128, w600k_r50 and det_10g at the
+real models' cost. Their random weights find no faces, so the detector pays det_10g's cost
+on each detection and takes its boxes from dlib's HOG detector (so a detection costs more than
+the real model's would); the landmarks are dlib's (2dfan4 on every third frame alone would
+take 40-90 ms a frame on 2 cores). Each face is swapped as often as the worker beside the
+frame path can (`models.swap_every auto`, live's default for the neural engine) and carried
+between; the line gives the swap rate reached.
+
+    python tools/bench_live.py --engine neural --faces 1 --via vcam --models-dir /tmp/cost --precision fp32
+
 `--via rtsp` needs GStreamer's RTSP server for the system Python (tests/fixtures/rtsp_relay.py,
 `make test-deps`): a camera with a microphone (the flash-and-beep clip, H.264 + Opus, real
 time) publishes to it; the camera read directly gives the input's own A/V offset; `live`
@@ -56,6 +68,7 @@ from stream.job.runs import run_live  # noqa: E402
 from stream.job.swap_job import SwapJob  # noqa: E402
 from stream.media.demo_clips import astronaut, bench_clips  # noqa: E402
 from stream.runtime.heap import bound_arenas  # noqa: E402
+from stream.runtime.metrics import format_cadence  # noqa: E402
 from stream.server.client import PacedTrack  # noqa: E402
 from stream.sinks.fanout import FanoutSink  # noqa: E402
 from stream.sinks.vcam import VirtualCameraSink  # noqa: E402
@@ -81,6 +94,48 @@ class DiscardingCamera:
 
     def native_fourcc(self) -> int:
         return self.fourcc
+
+
+class CostedDetector:
+    """det_10g's cost stand-in run on each detection for its cost, dlib's boxes returned."""
+
+    def __init__(self, costly, finder) -> None:
+        self.costly = costly
+        self.finder = finder
+        self.name = "det_10g cost + dlib boxes"
+
+    @property
+    def calls(self) -> int:
+        return self.costly.calls
+
+    def open(self) -> None:
+        self.costly.open()
+        self.finder.open()
+
+    def forward(self, frame):
+        self.costly.forward(frame)
+        return self.finder.forward(frame)
+
+
+def neural_job(args: argparse.Namespace, source: str, tmp: str) -> SwapJob:
+    """A job of the neural engine on the cost-equivalent models, its detector paying
+    det_10g's cost and placing faces where dlib finds them."""
+    from engines.dlib.detector import DlibHogDetector
+    from tools.cost_models import build_all
+
+    folder = args.models_dir
+    if folder is None:
+        folder = str(Path(tmp) / "cost")
+        build_all(folder, ["det_10g.onnx", "w600k_r50.onnx", "inswapper_128.onnx"])
+    overrides = [*args.overrides, "engine=neural", f"models.dir={json.dumps(folder)}", "models.landmarker=null",
+                 f"models.precision={args.precision}"]
+    job = SwapJob(load_config(args.config, overrides), [source])
+    job.open()
+    cfg = job.config.detect
+    job.models.detector = CostedDetector(job.models.detector, DlibHogDetector(
+        cfg.max_side, cfg.upsample, max_upscale=cfg.max_upscale, refine=cfg.refine))
+    job.models.detector.open()
+    return job
 
 
 def run(job: SwapJob, clip: str) -> dict:
@@ -382,6 +437,12 @@ def main() -> int:
     ap.add_argument("--sync-seconds", type=float, default=6.0,
                     help="how long each WebRTC path's A/V offset is read (0: not measured; default 6)")
     ap.add_argument("--json", metavar="PATH", help="also write the reports as JSON")
+    ap.add_argument("--engine", choices=["preset", "neural"], default="preset",
+                    help="preset: the preset's engine (default); neural: the neural engine on the cost-equivalent "
+                         "models, swapped at a cadence and carried between (see above)")
+    ap.add_argument("--models-dir", metavar="DIR", help="--engine neural: the cost-equivalent models (default: built)")
+    ap.add_argument("--precision", choices=["auto", "fp32", "int8"], default="auto",
+                    help="--engine neural: which files run (models.precision; int8 needs their INT8 twins)")
     args = ap.parse_args()
     bound_arenas()  # as `facestream live` does before its threads (stream/runtime/heap.py)
     pyvirtualcam.register_backend("bench-discard", DiscardingCamera)
@@ -389,8 +450,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         source = str(Path(tmp) / "astronaut.png")
         cv2.imwrite(source, astronaut())
-        job = SwapJob(load_config(args.config, args.overrides), [source])
-        job.open()
+        if args.engine == "neural":
+            job = neural_job(args, source, tmp)
+        else:
+            job = SwapJob(load_config(args.config, args.overrides), [source])
+            job.open()
         if args.via == "rtsp":
             results["rtsp"] = run_rtsp(job, args.sync_seconds or 6.0)
             report_rtsp(results["rtsp"])
@@ -427,6 +491,10 @@ def report(name: str, rep: dict) -> None:
             f"p95 {lat['p95_ms']:.0f} ms; processing {processing:.0f} ms/frame; "
             f"target p95 <= {bound:.0f} ms: {'met' if lat['p95_ms'] <= bound else 'NOT met'}; "
             f"detection every {rep['live']['detect_every_base']}-{rep['live']['detect_every_max']}")
+    cad = rep.get("cadence")
+    if cad:
+        line += (f"; {format_cadence(cad['swapper'], cad['swaps_per_s_a_face'])} "
+                 f"({cad['swaps']} swaps; worker slowed {rep['live'].get('swaps_slowed', 0)} steps)")
     web = rep.get("webrtc")
     if web:
         trip = web["round_trip_ms"]

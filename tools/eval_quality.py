@@ -10,6 +10,23 @@ The suite (clips made from installed pictures, `facestream swap` in fast, defaul
     python tools/eval_quality.py --suite [--clips rotate,small] [--configs default] [--json PATH]
     python tools/eval_quality.py --suite --configs default --set detect.refine=false   # a switch off
 
+Swapping at a cadence (`--swap-every N`: each face swapped every N frames, carried between),
+against every frame (N = 1, always run: the reference):
+
+    python tools/eval_quality.py --suite --engine dlib --configs default --swap-every 2,4,8
+    python tools/eval_quality.py --suite --configs default --swap-every 4,8 --stand-in
+
+The first prints the table's rows per cadence (config `default@4`; the outputs are written
+lossless, `--set encode.crf=0`, so the encoder's loss stays out of the PSNR), then for each
+N > 1 the face regions' PSNR against every frame's output (the carry's error:
+tools/quality/cadence.py says which pixels), the change of identity distance and shift, the
+flicker (output / input) and against every frame's, and the issue's goals each misses
+(identity within 0.02, shift within 0.01, flicker at most 1.15), then the curve: the means
+over the clips per N. `--stand-in` runs the neural engine on synthetic stand-in models in
+place of `facestream swap` (tools/quality/standin.py: in memory, PSNR only: its random
+weights make no face to measure); `--stand-in identity` carries the target's own face (what
+the warp and the tracked points cost alone).
+
 `--per-face` adds a row per face (its identity distance, shift, how turned it is, its width, and
 which goals it misses: identity under 0.6, shift under 0.05), to see which faces carry a mean.
 
@@ -49,6 +66,7 @@ import cv2  # noqa: E402
 
 from engines.catalog import locate  # noqa: E402
 from engines.dlib.embedder import SAME_PERSON  # noqa: E402
+from tools.quality.cadence import CadenceRow, mean_by_cadence, parse_cadences, suite_rows  # noqa: E402
 from tools.quality.clips import SCENES  # noqa: E402
 from tools.quality.measure import MeasureError, Models, QualityReport, Reference  # noqa: E402
 from tools.quality.suite import CONFIGS, run_suite  # noqa: E402
@@ -107,6 +125,50 @@ def face_table(reports: list[QualityReport]) -> str:
     return _layout(rows, left=(0, 1, len(rows[0]) - 1))
 
 
+CADENCE_COLUMNS = (("clip", "clip", "{}"), ("config", "config", "{}"), ("every", "N", "{}"),
+                   ("psnr", "psnr", "{:.1f}"), ("carried_psnr", "carried", "{:.1f}"),
+                   ("worst_psnr", "worst", "{:.1f}"), ("worst_frame", "at", "{}"),
+                   ("dist_delta", "d after", "{:+.3f}"), ("shift_delta", "d shift", "{:+.3f}"),
+                   ("flicker", "flicker", "{:.2f}"), ("flicker_vs_every", "vs N=1", "{:.2f}"),
+                   ("jitter_vs_every", "jitter vs N=1", "{:.2f}"), ("swaps", "swaps", "{}"),
+                   ("carried", "faces carried", "{}"))
+# A suite at several cadences writes its outputs lossless (H.264 at QP 0), so that their PSNR
+# against every frame's output reads the carry: at the default crf 20 the encoder's own
+# differences between two outputs hold it at 38-45 dB on the suite's clips, whatever N.
+LOSSLESS = "encode.crf=0"
+CURVE_COLUMNS = (("psnr", "psnr", "{:.1f}"), ("carried_psnr", "carried", "{:.1f}"),
+                 ("dist_delta", "d after", "{:+.3f}"), ("shift_delta", "d shift", "{:+.3f}"),
+                 ("flicker", "flicker", "{:.2f}"), ("flicker_vs_every", "vs N=1", "{:.2f}"),
+                 ("jitter_vs_every", "jitter vs N=1", "{:.2f}"))
+
+
+def _cell(value: object, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def cadence_table(rows: list[CadenceRow]) -> str:
+    """One row per output swapped every N > 1 frames, against its config every frame: the
+    face regions' PSNR in dB (all frames, the frames with a carried face where known, the
+    worst frame and its number), the deltas, and the goals it misses."""
+    used = [c for c in CADENCE_COLUMNS if c[0] in ("clip", "config", "every")
+            or any(getattr(r, c[0]) is not None for r in rows)]
+    lines = [[title for _, title, _ in used] + ["misses"]]
+    for r in rows:
+        lines.append([_cell(getattr(r, key), fmt) for key, _, fmt in used] + [",".join(r.misses) or "-"])
+    return _layout(lines, left=(0, 1, len(lines[0]) - 1))
+
+
+def curve_table(rows: list[CadenceRow]) -> str:
+    """The curve: per config and N, the share of frames a face is swapped on and the means
+    over the clips."""
+    curve = mean_by_cadence(rows)
+    used = [c for c in CURVE_COLUMNS if any(c[0] in means for means in curve.values())]
+    lines = [["config", "N", "swapped"] + [title for _, title, _ in used]]
+    for (config, every), means in curve.items():
+        lines.append([config, str(every), f"1/{every}"] + [_cell(means.get(key), fmt) for key, _, fmt in used])
+    return _layout(lines, left=(0,))
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,11 +185,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="suite: passed to every `facestream swap` as --set (repeatable): run the suite "
                         "with and without a switch to see what it does, e.g. --set detect.refine=false")
+    p.add_argument("--swap-every", dest="cadences", type=_cadences, metavar="N[,N...]",
+                   help="suite: run each config at each N (facestream swap --swap-every N; 1, the reference, "
+                        "always), labelled config@N, and print what the carry costs against N=1")
+    p.add_argument("--stand-in", nargs="?", const="neural", choices=("neural", "identity"),
+                   help="suite, with --swap-every: the neural engine on synthetic stand-in models in this "
+                        "process instead of facestream swap (PSNR only); identity: each crop swapped for itself")
     p.add_argument("--workdir", help="suite: folder for the clips and outputs (default: a temp folder)")
     p.add_argument("--make-clips", metavar="DIR", help="only write the clip set (and its ground truth) to DIR")
     p.add_argument("--sample-every", type=int, default=5, help="identity measured every N-th frame (default 5)")
     p.add_argument("--models-dir", help="where to look for ArcFace's w600k_r50.onnx (as facestream does)")
-    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON (per face included)")
+    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON (per face included; with "
+                                                  "--swap-every: {outputs, cadence, curve})")
     p.add_argument("--per-face", action="store_true",
                    help="also print each face's identity, landmark shift, turn and size, and which goals it misses")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -136,12 +205,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--sample-every must be >= 1, got {args.sample_every}")
     if not (args.suite or args.make_clips) and not (args.source and args.input and args.output):
         p.error("give --source, --input and --output, or --suite, or --make-clips DIR")
+    if args.cadences and not args.suite:
+        p.error("--swap-every runs the suite: give --suite")
+    if args.stand_in and not args.cadences:
+        p.error("--stand-in measures the carry: give --swap-every")
+    if args.stand_in and args.engine:
+        p.error("--stand-in runs the neural swapper on its own models: leave out --engine")
     return args
 
 
+def _cadences(text: str) -> tuple[int, ...]:
+    try:
+        return parse_cadences(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--swap-every: ")) from exc
+
+
 def swap_args(args: argparse.Namespace) -> tuple[str, ...]:
-    """What the suite adds to every `facestream swap` command line: --engine and each --set."""
+    """What the suite adds to every `facestream swap` command line: --engine and each --set;
+    with --swap-every, lossless outputs first (LOSSLESS), which a --set of the user's overrides."""
     extra = ["--engine", args.engine] if args.engine else []
+    if args.cadences:
+        extra += ["--set", LOSSLESS]
     for override in args.overrides:
         extra += ["--set", override]
     return tuple(extra)
@@ -177,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         arc_path = locate("arcface_w600k_r50", args.models_dir)
         models = Models(arc_path)
         started = time.monotonic()
+        rows: list[CadenceRow] = []
+        reports: list[QualityReport] = []
         if args.suite:
             configs = tuple(c for c in args.configs.split(",") if c)
             names = args.clips.split(",") if args.clips else None
@@ -186,23 +273,46 @@ def main(argv: list[str] | None = None) -> int:
                     raise MeasureError(f"--clips: unknown clip {unknown[0]!r}; known: {', '.join(SCENES)}")
             with tempfile.TemporaryDirectory(prefix="facestream-quality-") as tmp:
                 workdir = Path(args.workdir or tmp)
-                reports = run_suite(workdir, models, names, configs, args.sample_every,
-                                    on_report=lambda r: print(f"  {r.clip} / {r.config} measured",
-                                                              file=sys.stderr),
-                                    swap_args=swap_args(args))
+                if args.stand_in:
+                    from tools.quality.clips import make_clip_set
+                    from tools.quality.standin import run_standin
+
+                    rows = run_standin(workdir, models, make_clip_set(workdir, names), args.cadences, configs,
+                                       tuple(args.overrides), identity=args.stand_in == "identity",
+                                       on_row=lambda r: print(f"  {r.clip} / {r.config} @{r.every} measured",
+                                                              file=sys.stderr))
+                else:
+                    reports = run_suite(workdir, models, names, configs, args.sample_every,
+                                        on_report=lambda r: print(f"  {r.clip} / {r.config} measured",
+                                                                  file=sys.stderr),
+                                        swap_args=swap_args(args), cadences=args.cadences or ())
+                    if args.cadences:
+                        rows = suite_rows(workdir, reports)
         else:
             reports = one_clip(args, models)
     except MeasureError as exc:
         print(f"eval_quality: {exc}", file=sys.stderr)
         return 2
-    print(table(reports))
-    if args.per_face:
+    if reports:
+        print(table(reports))
+    if args.per_face and reports:
         print()
         print(face_table(reports))
-    print(f"({len(reports)} outputs measured in {time.monotonic() - started:.0f} s; ArcFace: "
+    if rows:
+        if reports:
+            print()
+        print(cadence_table(rows))
+        print()
+        print(curve_table(rows))
+    what = f"{len(reports)} outputs" if reports else f"{len(rows)} stand-in runs at a cadence"
+    print(f"({what} measured in {time.monotonic() - started:.0f} s; ArcFace: "
           f"{arc_path if arc_path else 'model file not found, dlib only'})")
     if args.json:
-        Path(args.json).write_text(json.dumps([dataclasses.asdict(r) for r in reports], indent=2))
+        outputs = [dataclasses.asdict(r) for r in reports]
+        Path(args.json).write_text(json.dumps(outputs if not args.cadences else {
+            "outputs": outputs, "cadence": [dataclasses.asdict(r) for r in rows],
+            "curve": [{"config": c, "every": n, **means} for (c, n), means in mean_by_cadence(rows).items()]},
+            indent=2))
     return 0
 
 

@@ -34,6 +34,7 @@ from engines.classic.blend import (
 from engines.classic.occlusion import cut_occlusion
 from engines.errors import EngineError
 from engines.face import AREAS, BROWS, OUTER_LIPS, Face, ImageBGR, Landmarks68, SwapResult
+from engines.geometry.carry import MAX_RESIDUAL, carry_warp, residual, ring, similarity
 from engines.geometry.face_align import fit_similarity
 from engines.geometry.measures import face_size, face_turn, mouth_open_ratio
 from engines.geometry.piecewise_affine import (
@@ -392,6 +393,23 @@ def _without_areas(valid: npt.NDArray[np.uint8], landmarks: Landmarks68,
     return out
 
 
+@dataclass(frozen=True, eq=False)
+class ClassicalCut:
+    """A face to warp off the frame path: the warp reads the frame's size only."""
+
+    frame_shape: tuple[int, ...]
+    face: Face
+    source: SourceFace
+
+
+@dataclass(frozen=True, eq=False)
+class ClassicalSwap:
+    """A face's warp on one frame, and the landmarks it was made for (frame pixels)."""
+
+    result: SwapResult
+    points: Landmarks68
+
+
 class ClassicalSwapper:
     """Landmark-driven piecewise-affine face swap with colour transfer and soft/Poisson blend."""
 
@@ -622,3 +640,60 @@ class ClassicalSwapper:
         else:
             blend_feather(roi, patch, masks.alpha)
         self.pastes += 1
+
+    # ---- warped at a cadence, carried between (engines.protocols.CarrySwapper): the
+    # classical swapper as a stand-in for a slow one, so the carry's cost reads in the
+    # quality suite's identity and landmark measures ----
+
+    def cut(self, frame: ImageBGR, face: Face, source: SourceFace) -> ClassicalCut | None:
+        return ClassicalCut(frame.shape, face, source) if _check_landmarks(face.landmarks) is not None else None
+
+    def swap_cut(self, cut: ClassicalCut) -> ClassicalSwap | None:
+        result = self._warp(cut.frame_shape, cut.face, cut.source)
+        return None if result is None else ClassicalSwap(result, np.asarray(cut.face.landmarks, np.float32))
+
+    def carry_many(self, frame: ImageBGR, faces: Sequence[Face],
+                   swaps: Sequence[ClassicalSwap | None]) -> list[SwapResult | None]:
+        """Each face's warp, made on an earlier frame, moved from its landmarks then onto the
+        face's now (engines.geometry.carry), the region moving with the face; `paste` then
+        blends it as it blends a warp of this frame."""
+        h, w = frame.shape[:2]
+        out: list[SwapResult | None] = []
+        for face, swap in zip(faces, swaps):
+            now = _check_landmarks(face.landmarks)
+            if swap is None or now is None or residual(swap.points, now) > MAX_RESIDUAL:
+                out.append(None)
+                continue
+            x0, y0, x1, y1 = swap.result.region
+            # The region now: the swap's moved as the face moved as a whole, grown to hold the
+            # points now with the region's margin (a mouth opened wide drops the chin past the
+            # old region); its ring of anchors sits there now, and where that motion undone
+            # puts it on the swap.
+            m = similarity(swap.points, now)
+            moved = ring(x0 - 1.0, y0 - 1.0, float(x1), float(y1)) @ m[:, :2].T + m[:, 2]
+            pad = 2 + REGION_MARGIN * face_size(now)
+            lo = np.floor(np.minimum(moved.min(axis=0), now.min(axis=0) - pad)).astype(int)
+            hi = np.ceil(np.maximum(moved.max(axis=0), now.max(axis=0) + pad)).astype(int) + 1
+            anchors_now = ring(lo[0] - 1.0, lo[1] - 1.0, float(hi[0]), float(hi[1]))
+            back = cv2.invertAffineTransform(m)
+            anchors_then = (anchors_now @ back[:, :2].T + back[:, 2]).astype(np.float32)
+            warped = carry_warp(swap.result.patch, np.concatenate([swap.points, anchors_then]) - [x0, y0],
+                                np.concatenate([now, anchors_now]) - lo, (int(hi[0] - lo[0]), int(hi[1] - lo[1])),
+                                (swap.result.valid,))
+            if warped is None:
+                out.append(None)
+                continue
+            patch, covered, (valid,) = warped
+            valid = np.where((valid > 127) & (covered > 0), np.uint8(255), np.uint8(0))
+            cx0, cy0 = max(int(lo[0]), 0), max(int(lo[1]), 0)
+            cx1, cy1 = min(int(hi[0]), w), min(int(hi[1]), h)
+            if cx1 - cx0 < 2 or cy1 - cy0 < 2:
+                out.append(None)
+                continue
+            cut = (slice(cy0 - int(lo[1]), cy1 - int(lo[1])), slice(cx0 - int(lo[0]), cx1 - int(lo[0])))
+            if not valid[cut].any():
+                out.append(None)
+                continue
+            out.append(SwapResult(region=(cx0, cy0, cx1, cy1), patch=np.ascontiguousarray(patch[cut]),
+                                  valid=np.ascontiguousarray(valid[cut])))
+        return out

@@ -12,7 +12,7 @@ import numpy as np
 from engines.face import Box, Face, ImageBGR, Keypoints5, Landmarks68, SwapResult
 from engines.frame_views import FrameViews
 from engines.models.arcface import ArcFaceEmbedder
-from engines.models.inswapper import InSwapBatch, InSwapper
+from engines.models.inswapper import CropCut, CropSwap, InSwapBatch, InSwapper
 from engines.models.scrfd import ScrfdDetector
 from engines.protocols import BatchSpec
 
@@ -90,3 +90,15 @@ class InSwapperSwapper:
 
     def paste(self, frame: ImageBGR, face: Face, result: SwapResult) -> None:
         self.swapper.paste(frame, face, result)
+
+    # ---- swapped at a cadence, carried between (engines.protocols.CarrySwapper) ----
+
+    def cut(self, frame: ImageBGR, face: Face, source: object) -> CropCut | None:
+        return self.swapper.cut_face(frame, face, source)  # type: ignore[arg-type]
+
+    def swap_cut(self, cut: CropCut) -> CropSwap:
+        return self.swapper.swap_cut(cut)
+
+    def carry_many(self, frame: ImageBGR, faces: Sequence[Face],
+                   swaps: Sequence[CropSwap | None]) -> list[SwapResult | None]:
+        return self.swapper.carry_many(frame, faces, swaps)

@@ -30,6 +30,7 @@ from engines.backends.base import InferenceRuntime, TensorSpec
 from engines.backends.bound_outputs import BindsOutputs
 from engines.errors import EngineError
 from engines.face import Face, ImageBGR, SwapResult
+from engines.geometry.carry import MAX_RESIDUAL, carry_warp, residual, ring
 from engines.geometry.face_align import Affine, as_kps5, estimate_norm, warp_crop
 from engines.geometry.region_warp import warp_affine_region
 from engines.models.base import OnnxModel
@@ -66,6 +67,65 @@ class InSwapBatch:
     @property
     def count(self) -> int:
         return len(self.affines)
+
+
+@dataclass(frozen=True, eq=False)
+class CropCut:
+    """What a face's swap off the frame path needs, copied out of its frame: the aligned crop,
+    the source latent, and the face's landmarks in the crop."""
+
+    crop: ImageBGR
+    latent: Latent
+    points: npt.NDArray[np.float32]  # (68, 2), crop pixels
+    inside: npt.NDArray[np.float32] | None = None  # where the crop came from the frame (None: all of it)
+
+
+@dataclass(frozen=True, eq=False)
+class CropSwap:
+    """A face swapped on one frame, to be carried onto later ones: the swapped crop, the
+    landmarks it was made for (crop pixels), its model masks (crop space) and where its crop
+    came from inside that frame (None: all of it)."""
+
+    crop: ImageBGR
+    points: npt.NDArray[np.float32]
+    masks: tuple[npt.NDArray[np.float32], ...] = ()
+    inside: npt.NDArray[np.float32] | None = None
+    target: ImageBGR | None = None  # the crop it was swapped from
+
+
+# A carried swap is left out where the picture under it changed since (something came in front
+# of the face, or left it; the mouth opened on teeth): where the target's crop then, carried
+# as the swap is, and its crop now differ by more than GATE_FROM grey levels (after a blur over
+# a sixteenth of the crop, less the median difference: a change of light moves every pixel),
+# fully by GATE_FROM + GATE_SPAN. There the target shows until the next swap.
+GATE_FROM = 35.0
+GATE_SPAN = 35.0
+
+
+def changed_gate(then: ImageBGR, now: ImageBGR) -> npt.NDArray[np.float32]:
+    """1 where the picture `now` differs from `then` (same crop) past the gate, 0 where not."""
+    diff = cv2.absdiff(then, now).max(axis=2).astype(np.float32)
+    diff -= float(np.median(diff))
+    k = max(3, then.shape[0] // 16) | 1
+    diff = cv2.blur(diff, (k, k))
+    return np.clip((diff - GATE_FROM) * (1.0 / GATE_SPAN), 0.0, 1.0)
+
+
+def inside_frame(frame_shape: tuple[int, ...], M: Affine, size: int) -> npt.NDArray[np.float32] | None:
+    """Where a crop (frame->crop matrix M) took its pixels from inside the frame: 1 there, 0
+    where it was filled (black), softened over a few pixels; None when all of it came from the
+    frame. A face swapped at the frame's edge carries no black band inwards as it comes in."""
+    h, w = frame_shape[:2]
+    IM = cv2.invertAffineTransform(M)
+    ends = np.array([[0, 0], [size - 1, 0], [0, size - 1], [size - 1, size - 1]], np.float64) @ IM[:, :2].T + IM[:, 2]
+    if (ends >= 0).all() and (ends[:, 0] <= w - 1).all() and (ends[:, 1] <= h - 1).all():
+        return None
+    xs, ys = np.meshgrid(np.arange(size, dtype=np.float32), np.arange(size, dtype=np.float32))
+    fx = IM[0, 0] * xs + IM[0, 1] * ys + IM[0, 2]
+    fy = IM[1, 0] * xs + IM[1, 1] * ys + IM[1, 2]
+    inside = ((fx >= 0) & (fx <= w - 1) & (fy >= 0) & (fy <= h - 1)).astype(np.float32)
+    k = max(3, size // 32) | 1
+    return cv2.GaussianBlur(cv2.erode(inside, np.ones((k, k), np.uint8)), (k, k), 0)
 
 
 def _dims_match(spec: TensorSpec, dims: tuple[int, ...]) -> bool:
@@ -447,6 +507,76 @@ class InSwapper(OnnxModel):
         blob = np.empty((self.tiles, 3, self.size, self.size), np.float32)
         self.blobs_into(now, blob)
         return self.crops_of(self.decode_output(self.forward_blob(blob, latent)))[0]
+
+    # ---- swapped on one frame, carried onto the next ones (stream/stages/carry.py) ----
+
+    def cut_face(self, frame_bgr: ImageBGR, face: Face, latent: Latent) -> CropCut | None:
+        """The face's crop and landmarks, copied out of the frame (cheap: the frame path);
+        None when the face has no 68 landmarks."""
+        if face.landmarks is None or np.shape(face.landmarks) != (68, 2):
+            return None
+        crop, M = self.face_crop(frame_bgr, face)
+        points = cv2.transform(np.asarray(face.landmarks, np.float32).reshape(-1, 1, 2), M).reshape(-1, 2)
+        return CropCut(crop, latent, points, inside_frame(frame_bgr.shape, M, self.crop_size))
+
+    def swap_cut(self, cut: CropCut) -> CropSwap:
+        """The model on a cut face (the slow part, off the frame path), and its model masks."""
+        blob = np.empty((self.tiles, 3, self.size, self.size), np.float32)
+        self.blobs_into(cut.crop, blob)
+        crop = self.crops_of(self.decode_output(self.forward_blob(blob, cut.latent)))[0]
+        masks = tuple(self.masker.model_masks(cut.crop).values()) if self.masker is not None else ()
+        return CropSwap(crop, cut.points, masks, cut.inside, cut.crop)
+
+    def carry_many(self, frame_bgr: ImageBGR, faces: Sequence[Face],
+                   swaps: Sequence[CropSwap | None]) -> list[SwapResult | None]:
+        """Each face's swap (made on an earlier frame, or this one) warped from the landmarks it
+        was made for onto the face's landmarks now, in this frame's crop, and blended as
+        `finish_batch` blends: face k onto the frame as faces 0..k-1 left it. None for a face
+        with no swap, or one that moved too far for its swap to be carried."""
+        size = self.crop_size
+        anchors = ring(-1.0, -1.0, float(size), float(size))
+        results: list[SwapResult | None] = []
+        running: ImageBGR | None = None
+        for face, swap in zip(faces, swaps):
+            if swap is None or face.landmarks is None:
+                results.append(None)
+                continue
+            M = estimate_norm(as_kps5(face), size, self.profile.template)
+            now = cv2.transform(np.asarray(face.landmarks, np.float32).reshape(-1, 1, 2), M).reshape(-1, 2)
+            if residual(swap.points, now) > MAX_RESIDUAL:
+                results.append(None)
+                continue
+            # Once carried onto another frame: left out where its crop was filled past the frame's
+            # edge, and where the picture under it changed since (GATE_FROM). On its own frame
+            # it is pasted as it was made.
+            carried = not np.array_equal(swap.points, now)
+            extra = tuple(p for p in (swap.inside, swap.target) if p is not None) if carried else ()
+            moved = carry_warp(swap.crop, np.concatenate([swap.points, anchors]), np.concatenate([now, anchors]),
+                               (size, size), swap.masks + extra)
+            if moved is None:
+                results.append(None)
+                continue
+            crop, _, planes = moved
+            masks = planes[:len(swap.masks)]
+            mask = self.masker.carried_mask(size, now, masks) if self.masker is not None else None
+            if carried:
+                left = list(planes[len(swap.masks):])
+                keep = [left.pop(0)] if swap.inside is not None else []
+                if swap.target is not None:
+                    keep.append(1.0 - changed_gate(left.pop(0), warp_crop(frame_bgr, M, size)))
+                for k in keep:
+                    mask = k if mask is None else np.minimum(mask, k)
+            region = self.prepare_region(frame_bgr.shape, M)
+            earlier = [r for r in results if r is not None]
+            if running is None and region is not None and any(rects_meet(region, r.region) for r in earlier):
+                running = frame_bgr.copy()
+                for r in earlier:
+                    r.paste_into(running)
+            result = self.blend_crop(frame_bgr if running is None else running, crop, M, mask)
+            if result is not None and running is not None:
+                result.paste_into(running)
+            results.append(result)
+        return results
 
     # ---- paste-back, on the face's region only ----
 

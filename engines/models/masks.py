@@ -231,3 +231,33 @@ class Masker:
             while len(self._kept) > MAX_TRACKS:
                 self._kept.popitem(last=False)
         return np.minimum.reduce(masks) if masks else None
+
+    def model_masks(self, crop_bgr: npt.NDArray[np.uint8]) -> dict[str, Mask]:
+        """The model masks (occlusion, region) of one face's crop, in crop space (a carried
+        swap's: made with the swap, off the frame path, and carried with it)."""
+        if not self.models:
+            return {}
+        inputs = {name: np.empty(shape, dtype) for name, (shape, dtype) in self.batch_inputs(1).items()}
+        if self.occluder is not None:
+            occlusion_input(crop_bgr, inputs[OCCLUSION_INPUT][0])
+        if self.parser is not None:
+            region_input(crop_bgr, inputs[REGION_INPUT][0])
+        size = crop_bgr.shape[0]
+        out = self.run([True], inputs)
+        masks: dict[str, Mask] = {}
+        if "occlusion" in out and out["occlusion"][0] is not None:
+            masks["occlusion"] = occlusion_mask(out["occlusion"][0], size)
+        if "region" in out and out["region"][0] is not None:
+            masks["region"] = region_mask(out["region"][0], size, self.options.regions)
+        return masks
+
+    def carried_mask(self, size: int, landmarks: npt.NDArray[np.floating] | None,
+                     model_masks: Sequence[Mask]) -> Mask | None:
+        """A carried face's mask: the box and area masks made for its landmarks now, and its
+        swap's model masks carried with it (`model_masks`, already in this crop's space)."""
+        masks = list(model_masks)
+        if "box" in self.options.types:
+            masks.append(box_mask(size, self.options.blur, self.options.padding))
+        if "area" in self.options.types and landmarks is not None:
+            masks.append(area_mask(landmarks, size, self.options.areas))
+        return np.minimum.reduce(masks) if masks else None

@@ -17,6 +17,7 @@ from stream.cli.parser import CliError, config_from_args
 from stream.cli.swap_command import job_for
 from stream.job.benchmark import measure, verdict
 from stream.media.demo_clips import astronaut, make_demo_clip, make_single_face_clip
+from stream.runtime.metrics import format_cadence
 
 # Built-in clips: name -> (label, size, faces).
 CLIPS = {
@@ -70,6 +71,10 @@ def format_clip(s: dict[str, Any]) -> str:
     lat = s["latency"]
     lines.append(f"  {'latency':<12} {lat['p50_ms']:>8.1f} {lat['p95_ms']:>8.1f}   (capture to sink)")
     lines.append(f"  peak RSS     {s['peak_rss_mb']:.0f} MB")
+    if "cadence" in s:
+        cad = s["cadence"]
+        lines.append(f"  cadence      swap every {cad['swap_every']}: "
+                     f"{format_cadence(cad['swapper'], cad['swaps_per_s_a_face'])} ({cad['swaps']} swaps)")
     lines.append(f"  {verdict(s)}")
     return "\n".join(lines)
 

@@ -89,6 +89,12 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
                         "passed their drift budget (`facestream models quantize`) on a CPU with VNNI or AMX, "
                         "FP16 engines on a GPU as the VRAM plan says; fp32 the float files; fp16 half-"
                         "precision TensorRT engines (GPU runtimes only); int8 every INT8 file there is")
+    g.add_argument("--swap-every", metavar="N|auto",
+                   help="each face's swap every N frames, its last swap carried between by a warp onto the "
+                        "face's landmarks as they move (models.swap_every): a long file's trade of quality for "
+                        "speed; auto (default): files every frame, live runs of the neural engine as often as a "
+                        "worker beside the frames can (a frame never waits for a swap), the classical engine "
+                        "every frame")
     g.add_argument("--triton-url", metavar="URL[,URL...]",
                    help="Triton servers' gRPC addresses (host:port, default port 8001), requests "
                         "spread over those up; implies --runtime triton")
@@ -408,6 +414,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "runtime.max_vram": _size("--max-vram", args.max_vram),
         "runtime.device": getattr(args, "device", None),
         "models.precision": getattr(args, "precision", None),
+        "models.swap_every": getattr(args, "swap_every", None),
     }
     simple.update(_runtime_overrides(getattr(args, "runtime", None), getattr(args, "triton_url", None)))
     overrides += [f"{k}={json.dumps(v)}" for k, v in simple.items() if v is not None]

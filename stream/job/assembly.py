@@ -17,6 +17,7 @@ from engines.registry import EngineSet
 from stream.analysis.selection import Selector
 from stream.analysis.tracklets import Tracker
 from stream.config import Config
+from stream.errors import ConfigError
 from stream.runtime.allocator import Allocator
 from stream.runtime.metrics import Metrics
 from stream.runtime.protocols import Sink, Source, Worker
@@ -24,6 +25,7 @@ from stream.runtime.ring import Policy, Ring
 from stream.runtime.runner import Runner
 from stream.runtime.slot import Slot
 from stream.stages.analyse import AnalyseWorker
+from stream.stages.carry import CarriedSwapper
 from stream.stages.composite import CompositeWorker
 from stream.stages.swap import SwapWorker
 
@@ -40,6 +42,7 @@ class Pipeline:
     analyse: AnalyseWorker
     swap: SwapWorker
     composite: CompositeWorker
+    carried: CarriedSwapper | None = None  # each face swapped at a cadence, carried between
 
     @property
     def metrics(self) -> Metrics:
@@ -56,6 +59,16 @@ class Pipeline:
 
     def stop(self, why: str) -> None:
         self.runner.stop(why)
+
+
+def swap_cadence(config: Config, engines: EngineSet, live: bool) -> int | None:
+    """How often each face's swap runs (`models.swap_every`): every N frames, or None for
+    live's auto (as often as a worker off the frame path can). auto: files every frame; live,
+    the neural engine at auto, the classical one every frame."""
+    every = config.models.swap_every
+    if every == "auto":
+        return None if live and engines.name != "dlib" else 1
+    return int(every)
 
 
 def frame_slots(shape: tuple[int, int], depth: int, stages: int) -> int:
@@ -90,9 +103,20 @@ def assemble(config: Config, engines: EngineSet, faces: Sequence[object], refere
     if live and isinstance(engines.detector, WarmDetector):
         engines.detector.warm()  # the first faces' judgement: before the camera's first frame
     selector = Selector(config.select, references, engines.embedder, config.pipeline.max_faces)
-    analyse = AnalyseWorker(tracker, selector, engines.swapper, faces)
-    swap = SwapWorker(engines.swapper, enhancer)
-    composite = CompositeWorker(engines.swapper, metrics, enhancer)
+    every = swap_cadence(config, engines, live)
+    carried: CarriedSwapper | None = None
+    swapper = engines.swapper
+    if every != 1:
+        try:
+            carried = CarriedSwapper(engines.swapper, every, live, metrics)
+        except ValueError as exc:
+            raise ConfigError(f"models.swap_every {config.models.swap_every}: {exc}") from exc
+        swapper = carried
+        metrics.swap_every = "auto" if every is None else str(every)
+        metrics.swapper = "classical" if engines.name == "dlib" else engines.name
+    analyse = AnalyseWorker(tracker, selector, swapper, faces)
+    swap = SwapWorker(swapper, enhancer)
+    composite = CompositeWorker(swapper, metrics, enhancer)
     workers: list[Worker] = [analyse, swap, composite]
     depth = config.pipeline.live_ring_depth if live else config.pipeline.ring_depth
     slots = frame_slots(shape, depth, len(workers))
@@ -102,10 +126,10 @@ def assemble(config: Config, engines: EngineSet, faces: Sequence[object], refere
                      max_ready=depth, allocator=allocator)
     else:
         entry = Ring("A", slots, {"image": ((h, w, 3), np.uint8)}, policy=Policy.BLOCK, allocator=allocator)
-    batch = engines.swapper.batch_spec(config.pipeline.max_faces)  # the selector's cap per frame
+    batch = swapper.batch_spec(config.pipeline.max_faces)  # the selector's cap per frame
     rings = [entry,
              Ring("B", depth, batch.inputs, policy=Policy.BLOCK, allocator=allocator),
              Ring("C", depth, batch.outputs, policy=Policy.BLOCK, allocator=allocator),
              Ring("D", depth, policy=Policy.BLOCK)]
     runner = Runner(source, workers, sink, rings, metrics, on_frame)
-    return Pipeline(runner, tracker, analyse, swap, composite)
+    return Pipeline(runner, tracker, analyse, swap, composite, carried)

@@ -80,6 +80,7 @@ class ClipResult:
         budget = 1000.0 / self.target_fps
         frame_ms = 1000.0 / staged if staged > 0 else float("inf")
         spare = budget - frame_ms
+        cadence = {"cadence": rep["cadence"]} if "cadence" in rep else {}
         return {
             "clip": self.label,
             "path": self.path,
@@ -97,6 +98,7 @@ class ClipResult:
             "frame_ms": round(frame_ms, 2),
             "real_time": staged >= self.target_fps,
             "spare_ms": round(spare, 2),
+            **cadence,  # a run swapping at a cadence (--swap-every): its swap rate
         }
 
 

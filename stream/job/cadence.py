@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from stream.analysis.tracklets import Tracker
 from stream.config import Config
@@ -43,17 +44,28 @@ def sheddable(config: Config, swapper: object) -> list[str]:
     return [name for name in SHED_ORDER if name in steps and on.get(name, False)]
 
 
+class Pace(Protocol):
+    """A worker off the frame path whose pace a run falling behind slows (the live swaps'
+    worker, stream.stages.carry.BackgroundSwaps): each call one step, False when none is left."""
+
+    def slower(self) -> bool: ...
+
+    def faster(self) -> bool: ...
+
+
 class AdaptiveCadence:
     """While the pipeline drops frames, sheds one optional step a second (`steps`, in
     order; `use_skip` is given the set shed so far) and doubles the tracker's detection
     interval (up to CADENCE_MAX_FACTOR times the base): detection, the largest cost, backs
     off at once, as it did before steps could be shed. While it keeps
     up, every three calm seconds take back one change, the last made first: detection's
-    cadence comes down to its base before the steps return. Called for every frame
-    delivered."""
+    cadence comes down to its base before the steps return. With `swaps` (a live run's
+    neural swaps off the frame path), their worker is slowed a step first, before any quality
+    step is shed, and given its pace back last. Called for every frame delivered."""
 
     def __init__(self, tracker: Tracker, rings: Sequence[Ring], base_every: int,
-                 steps: Sequence[str] = (), use_skip: Callable[[frozenset[str]], None] | None = None) -> None:
+                 steps: Sequence[str] = (), use_skip: Callable[[frozenset[str]], None] | None = None,
+                 swaps: Pace | None = None) -> None:
         self.tracker = tracker
         self.rings = list(rings)
         self.base = base_every
@@ -65,6 +77,8 @@ class AdaptiveCadence:
         self.shed: list[str] = []  # shed now, in the order they were
         self.ever_shed: list[str] = []  # every step shed at some point of the run
         self.shed_changes = 0
+        self.swaps = swaps
+        self.swaps_slowed = 0  # steps the swaps' worker was slowed by, in all
         self._since: float | None = None
         self._drops_seen = 0
         self._calm = 0
@@ -82,7 +96,9 @@ class AdaptiveCadence:
         if new_drops > 0:
             self._calm = 0
             left = [s for s in self.steps if s not in self.shed]
-            if left and self.use_skip is not None:
+            if self.swaps is not None and self.swaps.slower():
+                self.swaps_slowed += 1
+            elif left and self.use_skip is not None:
                 self._shed([*self.shed, left[0]], f"{new_drops} frames dropped")
             if every < self.max_every:
                 self._set(min(every * 2, self.max_every), f"{new_drops} frames dropped")
@@ -94,6 +110,8 @@ class AdaptiveCadence:
                     self._set(max(every // 2, self.base), "keeping up")
                 elif self.shed:
                     self._shed(self.shed[:-1], "keeping up")
+                elif self.swaps is not None:
+                    self.swaps.faster()
 
     def _shed(self, shed: list[str], why: str) -> None:
         gone = [s for s in shed if s not in self.shed]

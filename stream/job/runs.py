@@ -152,8 +152,9 @@ def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
             shed = "landmarks_each_frame" in skip
             tracker.landmarks_every = max(landmarks_every, SHED_LANDMARKS_EVERY) if shed else landmarks_every
 
+        swaps = pipeline.carried.worker if pipeline.carried is not None else None
         cadence = AdaptiveCadence(pipeline.tracker, pipeline.rings, job.config.detect.every,
-                                  sheddable(job.config, pipeline.composite.paster), use_skip)
+                                  sheddable(job.config, pipeline.composite.paster), use_skip, swaps)
         if on_start is not None:
             on_start(pipeline)
         line = StatusLine(pipeline, status) if status is not None else None
@@ -184,7 +185,7 @@ def run_live(job: SwapJob, source: LiveSource, sink: LiveSink, output_name: str,
     rep["live"] = {"detect_every_base": cadence.base, "detect_every_max": cadence.highest,
                    "cadence_changes": cadence.changes, "stopped": pipeline.runner.stopped,
                    "sheddable": list(cadence.steps), "shed": list(cadence.ever_shed),
-                   "shed_changes": cadence.shed_changes}
+                   "shed_changes": cadence.shed_changes, "swaps_slowed": cadence.swaps_slowed}
     rep["input"] = source.describe()
     # "frames" are the frames delivered: those the sink was given and dropped are counted apart.
     delivered_only(rep, stats_of(sink))

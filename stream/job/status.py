@@ -11,6 +11,7 @@ import numpy as np
 
 from stream.job.assembly import Pipeline
 from stream.job.cadence import SHED_ORDER
+from stream.runtime.metrics import format_cadence, swap_rate
 from stream.sinks.protocol import SinkStats, stats_of
 
 
@@ -26,6 +27,7 @@ class StatusLine:
         self._thread = threading.Thread(target=self._loop, name="fs-status", daemon=True)
         self._last = (time.monotonic(), 0, 0, 0)
         self._shed: frozenset[str] = frozenset()
+        self._swaps = (0, 0, 0)  # swaps made, faces pasted, frames out at the last call
 
     def start(self) -> None:
         self._thread.start()
@@ -51,6 +53,8 @@ class StatusLine:
         dt = max(now - t, 1e-6)
         lat = m.latency.values[nlat:]
         self._last = (now, m.frames_in, delivered, len(m.latency.values))
+        swaps, pasted, frames = self._swaps
+        self._swaps = (m.swaps_made, m.faces_swapped, m.frames_out)
         skip = self.pipeline.analyse.skip
         shed_changed, self._shed = skip != self._shed, skip
         p50 = p95 = None
@@ -63,7 +67,10 @@ class StatusLine:
                 "detect_every": self.pipeline.tracker.detect_every,
                 "shed": [s for s in SHED_ORDER if s in skip], "shed_changed": shed_changed,
                 "sink_dropped": sink["dropped"], "sink_reconnects": sink["reconnects"],
-                "sink_outage_s": round(sink["outage_s"], 1)}
+                "sink_outage_s": round(sink["outage_s"], 1),
+                **({"swapper": m.swapper, "swap_rate": swap_rate(m.swaps_made - swaps, m.faces_swapped - pasted,
+                                                                 m.frames_out - frames, dt)}
+                   if m.swap_every is not None else {})}
 
     def line(self) -> str:
         return format_status(self.figures())
@@ -97,7 +104,9 @@ def format_status(f: dict[str, Any]) -> str:
         shed = f"  shedding {', '.join(f['shed'])} to keep up" if f.get("shed") else "  every quality step back"
     return (f"in {f['fps_in']:5.1f} fps  out {f['fps_out']:5.1f} fps  "
             f"drops {f['drops']}  {latency}  faces on screen {f.get('faces_on_screen', 0)}, "
-            f"swapped {f['faces']}" + (f"  {sink}" if sink else "") + shed)
+            f"swapped {f['faces']}"
+            + (f"  {format_cadence(f['swapper'], f['swap_rate'])}" if "swap_rate" in f else "")
+            + (f"  {sink}" if sink else "") + shed)
 
 
 def sink_report(stats: SinkStats) -> dict[str, Any]:
@@ -120,4 +129,6 @@ def format_live_summary(rep: dict[str, Any]) -> str:
             + "; "
             f"detection every {live['detect_every_base']}-{live['detect_every_max']} frames"
             + (f"; shed to keep up: {', '.join(live['shed'])}" if live.get("shed") else "")
+            + (f"; {format_cadence(rep['cadence']['swapper'], rep['cadence']['swaps_per_s_a_face'])}"
+               if "cadence" in rep else "")
             + (f"; {live['stopped']}" if live["stopped"] else ""))

@@ -49,6 +49,10 @@ class Metrics:
         self.faces_swapped = 0
         self.faces_on_screen = 0  # faces swapped into the last frame delivered (live runs set it)
         self.frames_with_faces = 0
+        self.swaps_made = 0  # swapper runs on a face (a run swapping at a cadence: fewer than faces_swapped)
+        self.faces_carried = 0  # faces pasted from a swap made on an earlier frame
+        self.swap_every: str | None = None  # a run swapping at a cadence: "auto" or N (its report's `cadence`)
+        self.swapper = ""  # the swapper's name, for the cadence's line
         self.started = time.monotonic()
         self.finished: float | None = None
         self._lock = threading.Lock()
@@ -56,6 +60,12 @@ class Metrics:
     def stage(self, name: str) -> Samples:
         with self._lock:
             return self.stages.setdefault(name, Samples())
+
+    def count_swaps(self, made: int = 0, carried: int = 0) -> None:
+        """Swapper runs made and faces pasted from an earlier swap (any thread)."""
+        with self._lock:
+            self.swaps_made += made
+            self.faces_carried += carried
 
     def finish(self) -> None:
         self.finished = time.monotonic()
@@ -94,9 +104,27 @@ class Metrics:
             "model_calls": dict(model_calls or {}),
             "peak_rss_mb": round(peak_rss_mb(), 1),
         }
+        if self.swap_every is not None:
+            out["cadence"] = {"swap_every": self.swap_every, "swapper": self.swapper, "swaps": self.swaps_made,
+                              "faces_carried": self.faces_carried,
+                              "swaps_per_s_a_face": swap_rate(self.swaps_made, self.faces_swapped,
+                                                              self.frames_out, elapsed)}
         if extra:
             out.update(extra)
         return out
+
+
+def swap_rate(swaps: int, faces: int, frames: int, seconds: float) -> float:
+    """Swaps a second per face on screen: `swaps` over `seconds`, over the faces a frame
+    held on average (`faces` pasted in `frames`)."""
+    if seconds <= 0 or faces <= 0 or frames <= 0:
+        return 0.0
+    return round(swaps / seconds / (faces / frames), 2)
+
+
+def format_cadence(swapper: str, rate: float) -> str:
+    """"neural 6.2 swaps/s a face, carried between"."""
+    return f"{swapper} {rate:.1f} swaps/s a face, carried between"
 
 
 def format_report(rep: dict[str, Any]) -> str:
@@ -117,6 +145,10 @@ def format_report(rep: dict[str, Any]) -> str:
     )
     if rings:
         lines.append(f"rings  {rings}")
+    if "cadence" in rep:
+        cad = rep["cadence"]
+        lines.append(f"cadence  swap every {cad['swap_every']}: "
+                     f"{format_cadence(cad['swapper'], cad['swaps_per_s_a_face'])} ({cad['swaps']} swaps)")
     calls = ", ".join(f"{k} {v}" for k, v in rep["model_calls"].items()) or "none"
     lines.append(f"model calls  {calls}")
     lines.append(f"peak RSS  {rep['peak_rss_mb']:.0f} MB")

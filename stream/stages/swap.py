@@ -6,6 +6,7 @@ from __future__ import annotations
 from engines.classic.occlusion import find_occluders
 from engines.protocols import Enhancer, Swapper
 from stream.runtime.slot import Slot
+from stream.stages.carry import CarriedSwapper
 from stream.stages.records import PreparedFaces, SwappedFaces
 
 
@@ -46,4 +47,5 @@ class SwapWorker:
         out.payload = SwappedFaces(prepared.faces, prepared.batch, results=tuple(enhanced))
 
     def close(self) -> None:
-        pass
+        if isinstance(self.swapper, CarriedSwapper):  # its worker thread ends with the run
+            self.swapper.close()

@@ -94,11 +94,12 @@ def measure_live(folder: Path, kind: str, precision: str, dry_run: bool, size: t
         job = SwapJob(cfg, [str(source_photo)])
         job.open()
         run_video(job, str(warm_clip), str(folder / "live-warmup-out.mp4"))  # first calls paid here
+        inner = getattr(job.models.swapper, "swapper", None)  # the InSwapper behind the adapter
+        masker = getattr(inner, "masker", None)
+        masked_before = masker.model_runs if masker is not None else 0
         source = open_source(str(clip))
         source.open()
         rep = run_live(job, source, NullSink(), "discard").report
-        inner = getattr(job.models.swapper, "swapper", None)  # the InSwapper behind the adapter
-        masker = getattr(inner, "masker", None)
     finally:
         RUNTIMES.pop(LIVE_KIND, None)
     stages = rep["stages"]
@@ -107,11 +108,15 @@ def measure_live(folder: Path, kind: str, precision: str, dry_run: bool, size: t
         "runtime": kind, "precision": precision, "masks": MASKS, "areas": AREAS,
         "models": "synthetic (dry run)" if dry_run else "cost-equivalent (tools/cost_models.py)",
         "engine": rep["engine"], "faces_swapped": rep["faces_swapped"],
-        "mask_model_runs": masker.model_runs if masker is not None else None,
+        # the live run's: with each swap (swapped off the frame path at live's auto cadence and
+        # carried between, stream/stages/carry.py, its model masks are made with it)
+        "mask_model_runs": masker.model_runs - masked_before if masker is not None else None,
+        "swaps": rep["cadence"]["swaps"] if "cadence" in rep else None,
         "fps_in": round(rep["frames_in"] / (rep["elapsed_s"] or 1.0), 1), "fps_out": rep["fps"],
         "frames_in": rep["frames_in"], "drops": rep["drops"], "dropped_share": round(dropped_share(rep), 4),
         "latency_ms": rep["latency"], "processing_ms": round(processing_ms(rep), 1),
         "p95_bound_ms": round(p95_bound_ms(rep), 1),
         "stages": {name: {"p50_ms": s["p50_ms"], "p95_ms": s["p95_ms"]} for name, s in stages.items()},
         "meets_targets": meets_targets(rep),  # the live bench's (tools/live_targets.py), one face
+        "swaps_per_s_a_face": rep["cadence"]["swaps_per_s_a_face"] if "cadence" in rep else None,
     }

@@ -75,7 +75,9 @@ def _live(sec: dict[str, Any]) -> list[str]:
         f"  in {_fmt(sec['fps_in'], 1)} fps, out {_fmt(sec['fps_out'], 1)} fps, drops {sec['drops']} of "
         f"{sec['frames_in']}; latency p50 {_fmt(lat['p50_ms'], 0)} ms p95 {_fmt(lat['p95_ms'], 0)} ms "
         f"(bound {_fmt(sec['p95_bound_ms'], 0)}); the live bench's targets: "
-        f"{'met' if sec['meets_targets'] else 'NOT met'}",
+        f"{'met' if sec['meets_targets'] else 'NOT met'}"
+        + (f"; {_fmt(sec['swaps_per_s_a_face'], 1)} swaps/s a face, carried between"
+           if sec.get("swaps_per_s_a_face") is not None else ""),
     ]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import cv2
 
+from tools.quality.cadence import label
 from tools.quality.clips import ClipFiles, make_clip_set
 from tools.quality.measure import MeasureError, Models, QualityReport, Reference
 from tools.quality.truth import ClipTruth
@@ -37,9 +38,13 @@ def run_swap(clip: ClipFiles, output: Path, config: str, extra: tuple[str, ...] 
 def run_suite(workdir: Path, models: Models, clips: list[str] | None = None,
               configs: tuple[str, ...] = CONFIGS, sample_every: int = 5,
               on_report: Callable[[QualityReport], None] | None = None,
-              swap_args: tuple[str, ...] = ()) -> list[QualityReport]:
+              swap_args: tuple[str, ...] = (), cadences: tuple[int, ...] = ()) -> list[QualityReport]:
     """Make the clips in `workdir`, swap each in every config (plus `swap_args`, e.g.
-    ("--engine", "dlib")), and measure every output."""
+    ("--engine", "dlib")), and measure every output. `cadences`: each config is swapped once
+    at each (`--swap-every N`), labelled `config@N` (tools/quality/cadence.py), into
+    `<clip>.<config>@N.mp4`."""
+    runs = [(label(c, n), c, ("--swap-every", str(n))) for c in configs for n in cadences] if cadences \
+        else [(c, c, ()) for c in configs]
     reports = []
     for clip in make_clip_set(workdir, clips):
         truth = ClipTruth.load(clip.truth)
@@ -47,11 +52,11 @@ def run_suite(workdir: Path, models: Models, clips: list[str] | None = None,
         if source is None:
             raise MeasureError(f"{clip.source}: cannot read the source photo")
         ref = Reference(models, source, clip.video, truth, sample_every=sample_every, name=clip.name)
-        for config in configs:
-            output = workdir / f"{clip.name}.{config}.mp4"
-            log.info("swap %s with %s", clip.name, config)
-            run_swap(clip, output, config, swap_args)
-            report = ref.compare(output, config)
+        for name, config, every in runs:
+            output = workdir / f"{clip.name}.{name}.mp4"
+            log.info("swap %s with %s", clip.name, name)
+            run_swap(clip, output, config, swap_args + every)
+            report = ref.compare(output, name)
             reports.append(report)
             if on_report is not None:
                 on_report(report)
