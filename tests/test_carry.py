@@ -774,7 +774,12 @@ def test_a_worker_error_stops_the_frame_path_with_it() -> None:
 
 
 def test_close_ends_an_idle_worker_and_a_file_run_has_none() -> None:
+    # No thread until the first face is posted (a pipeline built and never run owns none).
+    unused, _ = live_carried(TagSwapper())
+    assert unused.worker is not None and unused.worker._thread.ident is None
+    unused.close()
     carried, _ = live_carried(TagSwapper())
+    step(carried, 0, [small_face(0, (60.0, 60.0))], [Source(10)])
     assert carried.worker is not None and carried.worker._thread.is_alive()
     carried.close()
     assert not carried.worker._thread.is_alive()

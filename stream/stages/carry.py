@@ -135,8 +135,8 @@ class BackgroundSwaps:
         self._pending: dict[int, Cut] = {}
         self._cv = threading.Condition()
         self._stopped = False
+        # Started with the first cut posted: a pipeline built and never run owns no thread.
         self._thread = threading.Thread(target=self._loop, name="swap-worker", daemon=True)
-        self._thread.start()
 
     def wants(self, track: int, seq: int) -> bool:
         """Whether the face of `track` should be cut on frame `seq`: it has no cut waiting, or
@@ -150,8 +150,12 @@ class BackgroundSwaps:
         if not cuts:
             return
         with self._cv:
+            if self._stopped:
+                return
             for cut in cuts:
                 self._pending[cut.track] = cut
+            if self._thread.ident is None:
+                self._thread.start()
             self._cv.notify()
 
     def drop(self, tracks: Sequence[int]) -> None:
@@ -223,7 +227,8 @@ class BackgroundSwaps:
         with self._cv:
             self._stopped = True
             self._cv.notify_all()
-        self._thread.join()
+        if self._thread.ident is not None:
+            self._thread.join()
 
 
 class CarriedSwapper:
