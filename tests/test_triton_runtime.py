@@ -315,30 +315,19 @@ def test_a_swap_through_triton_is_the_local_swap_frame_for_frame(server: TritonS
 
 
 @pytest.mark.slow
-def test_a_swap_at_a_cadence_through_triton_is_the_local_one_frame_for_frame(
-        server: TritonServer, models_dir: Path, face_clip: Path, source_photo: Path, tmp_path: Path) -> None:
-    """Swapped every third frame and carried between (--swap-every): the swaps go to the server."""
-    before = server.statistics("inswapper_128")["inference_count"]
+@pytest.mark.parametrize("model, extra", [
+    ("hyperswap_1a_256", ("--swapper", "hyperswap_1a_256")),  # a swapper chosen by name
+    ("inswapper_128", ("--swap-every", "3")),  # swapped every third frame, carried between
+])
+def test_a_swapper_by_name_or_at_a_cadence_through_triton_is_the_local_one(
+        server: TritonServer, models_dir: Path, face_clip: Path, source_photo: Path, tmp_path: Path, model: str,
+        extra: tuple[str, ...]) -> None:
+    before = server.statistics(model)["inference_count"]
     local, remote = tmp_path / "local.mp4", tmp_path / "triton.mp4"
-    every = ("--swap-every", "3")
-    assert main(_swap_args(face_clip, source_photo, local, models_dir, *every)) == 0
-    assert main(_swap_args(face_clip, source_photo, remote, models_dir, *every, "--runtime", "triton",
+    assert main(_swap_args(face_clip, source_photo, local, models_dir, *extra)) == 0
+    assert main(_swap_args(face_clip, source_photo, remote, models_dir, *extra, "--runtime", "triton",
                            "--triton-url", server.grpc_url)) == 0
-    assert server.statistics("inswapper_128")["inference_count"] > before
-    a, b = _frames(local), _frames(remote)
-    assert len(a) == len(b) > 0 and all(np.array_equal(x, y) for x, y in zip(a, b))
-
-
-@pytest.mark.slow
-def test_a_swapper_chosen_by_name_runs_through_triton(server: TritonServer, models_dir: Path, face_clip: Path,
-                                                      source_photo: Path, tmp_path: Path) -> None:
-    before = server.statistics("hyperswap_1a_256")["inference_count"]
-    local, remote = tmp_path / "local.mp4", tmp_path / "triton.mp4"
-    by_name = ("--swapper", "hyperswap_1a_256")
-    assert main(_swap_args(face_clip, source_photo, local, models_dir, *by_name)) == 0
-    assert main(_swap_args(face_clip, source_photo, remote, models_dir, *by_name, "--runtime", "triton",
-                           "--triton-url", server.grpc_url)) == 0
-    assert server.statistics("hyperswap_1a_256")["inference_count"] > before
+    assert server.statistics(model)["inference_count"] > before
     a, b = _frames(local), _frames(remote)
     assert len(a) == len(b) > 0 and all(np.array_equal(x, y) for x, y in zip(a, b))
 

@@ -477,13 +477,7 @@ class InSwapper(OnnxModel):
         results: list[SwapResult | None] = []
         running: ImageBGR | None = None  # the frame with the results so far pasted, once two meet
         for k, (crop, M) in enumerate(zip(crops, batch.affines)):
-            region = self.prepare_region(frame_bgr.shape, M)
-            earlier = [r for r in results if r is not None]
-            meets = self.full_frame_paste or (region is not None and any(rects_meet(region, r.region) for r in earlier))
-            if running is None and earlier and meets:
-                running = frame_bgr.copy()
-                for r in earlier:
-                    r.paste_into(running)
+            running = self._running(frame_bgr, running, M, results)
             if running is not None and self.recrop_after_paste and k < len(batch.latents):
                 crop = self._swap_again_if_changed(frame_bgr, running, crop, M, batch.latents[k])
             mask = None
@@ -496,6 +490,25 @@ class InSwapper(OnnxModel):
                 result.paste_into(running)
             results.append(result)
         return results
+
+    def _running(self, frame_bgr: ImageBGR, running: ImageBGR | None, M: Affine,
+                 results: Sequence[SwapResult | None]) -> ImageBGR | None:
+        """The frame the next face (frame->crop M) is blended onto, as `results` so far left it:
+        `running` once made; made (a copy with them pasted) when this face's region meets one
+        of theirs, or with `full_frame_paste` once there is one; None while the frame as
+        decoded will do."""
+        if running is not None:
+            return running
+        earlier = [r for r in results if r is not None]
+        if not earlier:
+            return None
+        region = self.prepare_region(frame_bgr.shape, M)
+        if not (self.full_frame_paste or (region is not None and any(rects_meet(region, r.region) for r in earlier))):
+            return None
+        running = frame_bgr.copy()
+        for r in earlier:
+            r.paste_into(running)
+        return running
 
     def _swap_again_if_changed(self, frame_bgr: ImageBGR, running: ImageBGR, crop: ImageBGR, M: Affine,
                                latent: Latent) -> ImageBGR:
@@ -524,7 +537,7 @@ class InSwapper(OnnxModel):
         blob = np.empty((self.tiles, 3, self.size, self.size), np.float32)
         self.blobs_into(cut.crop, blob)
         crop = self.crops_of(self.decode_output(self.forward_blob(blob, cut.latent)))[0]
-        masks = tuple(self.masker.model_masks(cut.crop).values()) if self.masker is not None else ()
+        masks = self.masker.model_masks(cut.crop) if self.masker is not None else ()
         return CropSwap(crop, cut.points, masks, cut.inside, cut.crop)
 
     def carry_many(self, frame_bgr: ImageBGR, faces: Sequence[Face],
@@ -549,29 +562,26 @@ class InSwapper(OnnxModel):
             # Once carried onto another frame: left out where its crop was filled past the frame's
             # edge, and where the picture under it changed since (GATE_FROM). On its own frame
             # it is pasted as it was made.
-            carried = not np.array_equal(swap.points, now)
-            extra = tuple(p for p in (swap.inside, swap.target) if p is not None) if carried else ()
+            carried = {} if np.array_equal(swap.points, now) else {
+                name: plane for name, plane in (("inside", swap.inside), ("target", swap.target)) if plane is not None}
             moved = carry_warp(swap.crop, np.concatenate([swap.points, anchors]), np.concatenate([now, anchors]),
-                               (size, size), swap.masks + extra)
+                               (size, size), swap.masks + tuple(carried.values()))
             if moved is None:
                 results.append(None)
                 continue
             crop, _, planes = moved
-            masks = planes[:len(swap.masks)]
-            mask = self.masker.carried_mask(size, now, masks) if self.masker is not None else None
-            if carried:
-                left = list(planes[len(swap.masks):])
-                keep = [left.pop(0)] if swap.inside is not None else []
-                if swap.target is not None:
-                    keep.append(1.0 - changed_gate(left.pop(0), warp_crop(frame_bgr, M, size)))
-                for k in keep:
-                    mask = k if mask is None else np.minimum(mask, k)
-            region = self.prepare_region(frame_bgr.shape, M)
-            earlier = [r for r in results if r is not None]
-            if running is None and region is not None and any(rects_meet(region, r.region) for r in earlier):
-                running = frame_bgr.copy()
-                for r in earlier:
-                    r.paste_into(running)
+            n = len(swap.masks)
+            carried = dict(zip(carried, planes[n:]))
+            kept = [*planes[:n]]  # the model masks, carried
+            if "inside" in carried:
+                kept.append(carried["inside"])
+            if "target" in carried:
+                kept.append(1.0 - changed_gate(carried["target"], warp_crop(frame_bgr, M, size)))
+            if self.masker is not None:
+                mask = self.masker.carried_mask(size, now, kept)
+            else:
+                mask = np.minimum.reduce(kept) if kept else None
+            running = self._running(frame_bgr, running, M, results)
             result = self.blend_crop(frame_bgr if running is None else running, crop, M, mask)
             if result is not None and running is not None:
                 result.paste_into(running)

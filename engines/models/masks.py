@@ -210,19 +210,13 @@ class Masker:
         """Face i's mask (the minimum of the chosen ones), or None when none applies. A model
         mask not computed this frame is the track's last one (in crop space: it follows the
         face's alignment)."""
-        masks = []
-        types = self.options.types
-        if "box" in types:
-            masks.append(box_mask(size, self.options.blur, self.options.padding))
-        if "area" in types and landmarks is not None:
-            masks.append(area_mask(landmarks, size, self.options.areas))
+        masks = self._drawn(size, landmarks)
         kept = self._kept.pop(track, {}) if track >= 0 else {}
-        for kind, make in (("occlusion", lambda o: occlusion_mask(o, size)),
-                           ("region", lambda o: region_mask(o, size, self.options.regions))):
+        for kind in ("occlusion", "region"):
             if kind not in outputs:
                 continue
             fresh = outputs[kind][i] if i < len(outputs[kind]) else None
-            mask = make(fresh) if fresh is not None else kept.get(kind)
+            mask = self._made(kind, fresh, size) if fresh is not None else kept.get(kind)
             if mask is not None and mask.shape == (size, size):
                 kept[kind] = mask
                 masks.append(mask)
@@ -232,32 +226,34 @@ class Masker:
                 self._kept.popitem(last=False)
         return np.minimum.reduce(masks) if masks else None
 
-    def model_masks(self, crop_bgr: npt.NDArray[np.uint8]) -> dict[str, Mask]:
-        """The model masks (occlusion, region) of one face's crop, in crop space (a carried
-        swap's: made with the swap, off the frame path, and carried with it)."""
-        if not self.models:
-            return {}
-        inputs = {name: np.empty(shape, dtype) for name, (shape, dtype) in self.batch_inputs(1).items()}
-        if self.occluder is not None:
-            occlusion_input(crop_bgr, inputs[OCCLUSION_INPUT][0])
-        if self.parser is not None:
-            region_input(crop_bgr, inputs[REGION_INPUT][0])
-        size = crop_bgr.shape[0]
-        out = self.run([True], inputs)
-        masks: dict[str, Mask] = {}
-        if "occlusion" in out and out["occlusion"][0] is not None:
-            masks["occlusion"] = occlusion_mask(out["occlusion"][0], size)
-        if "region" in out and out["region"][0] is not None:
-            masks["region"] = region_mask(out["region"][0], size, self.options.regions)
-        return masks
-
-    def carried_mask(self, size: int, landmarks: npt.NDArray[np.floating] | None,
-                     model_masks: Sequence[Mask]) -> Mask | None:
-        """A carried face's mask: the box and area masks made for its landmarks now, and its
-        swap's model masks carried with it (`model_masks`, already in this crop's space)."""
-        masks = list(model_masks)
+    def _drawn(self, size: int, landmarks: npt.NDArray[np.floating] | None) -> list[Mask]:
+        """The masks drawn with no model: the box, and the areas of the face's landmarks (crop pixels)."""
+        masks = []
         if "box" in self.options.types:
             masks.append(box_mask(size, self.options.blur, self.options.padding))
         if "area" in self.options.types and landmarks is not None:
             masks.append(area_mask(landmarks, size, self.options.areas))
+        return masks
+
+    def _made(self, kind: str, output: np.ndarray, size: int) -> Mask:
+        """A model's output for one face as its crop-space mask."""
+        return occlusion_mask(output, size) if kind == "occlusion" else region_mask(output, size, self.options.regions)
+
+    def model_masks(self, crop_bgr: npt.NDArray[np.uint8]) -> tuple[Mask, ...]:
+        """The model masks (occlusion, region) of one face's crop, in crop space (a carried
+        swap's: made with the swap, off the frame path, and carried with it)."""
+        if not self.models:
+            return ()
+        inputs = {name: np.empty(shape, dtype) for name, (shape, dtype) in self.batch_inputs(1).items()}
+        self.prepare_into(crop_bgr, 0, inputs)  # a face of no track: always due
+        out = self.run([True], inputs)
+        return tuple(self._made(kind, outputs[0], crop_bgr.shape[0]) for kind, outputs in out.items()
+                     if outputs[0] is not None)
+
+    def carried_mask(self, size: int, landmarks: npt.NDArray[np.floating] | None,
+                     carried: Sequence[Mask]) -> Mask | None:
+        """A carried face's mask: the drawn masks for its landmarks now, and the masks carried
+        with its swap (`carried`: its model masks and what the carry leaves out, already in
+        this crop's space)."""
+        masks = [*carried, *self._drawn(size, landmarks)]
         return np.minimum.reduce(masks) if masks else None
