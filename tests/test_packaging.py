@@ -14,11 +14,18 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_import_package_is_listed_for_the_wheel() -> None:
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(setup["packages"])
+    # every folder that ships something: the import packages and the data folders (the page)
     on_disk = {".".join(p.parent.relative_to(ROOT).parts) for top in ("stream", "engines")
-               for p in (ROOT / top).rglob("__init__.py")}
-    assert listed - {"stream.presets"} == on_disk
-    # the presets ship inside the wheel, from configs/
-    assert setup["package-dir"]["stream.presets"] == "configs"
+               for p in (ROOT / top).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert listed == on_disk | {"stream.presets"}  # rglob does not enter the link
+    data_only = {name for name in on_disk if not (ROOT / name.replace(".", "/") / "__init__.py").exists()}
+    assert data_only == {"stream.server.web"}
+    for name in data_only:  # a data folder ships its files
+        assert setup["package-data"][name]
+    # the presets ship inside the wheel, from configs/ (stream/presets links there): the
+    # layout stays simple, so an editable install is a plain path entry and says nothing
+    assert setup["package-dir"] == {"": "."}
+    assert (ROOT / "stream" / "presets").resolve() == (ROOT / "configs").resolve()
     assert sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
 
 
