@@ -1,0 +1,1 @@
+"""Running facestream as a service: Prometheus metrics, health and readiness, drain on SIGTERM."""
