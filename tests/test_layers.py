@@ -15,9 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Lowest first. A module may import its own folder and the layers below it; `stream.errors`
 # and `stream.config` are the floor every layer stands on.
-LAYERS = ["base", "runtime", "media", "io", "analysis", "stages", "job", "server", "cli"]
+LAYERS = ["base", "runtime", "media", "io", "analysis", "stages", "job", "ops", "server", "cli"]
 FOLDER_LAYER = {"runtime": "runtime", "media": "media", "sources": "io", "sinks": "io",
-                "analysis": "analysis", "stages": "stages", "job": "job", "server": "server", "cli": "cli"}
+                "analysis": "analysis", "stages": "stages", "job": "job", "ops": "ops",
+                "server": "server", "cli": "cli"}
 
 
 def module_name(path: Path) -> str:

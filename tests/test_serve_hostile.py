@@ -659,7 +659,8 @@ def test_a_busy_port_is_said_before_the_models_load(source_photo: Path, monkeypa
 
 @pytest.fixture()
 def serve_process(source_photo: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    with start_serve_process(source_photo) as running:
+    # SIGTERM drains (tests/test_ops_drain.py); with no drain time it closes at once, as SIGHUP does.
+    with start_serve_process(source_photo, "--drain-seconds", "0") as running:
         yield running
 
 

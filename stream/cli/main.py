@@ -10,9 +10,10 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engines.errors import EngineError
+from stream.cli.cameras_command import cmd_cameras
 from stream.cli.demo import demo_face, run_demo
 from stream.cli.models_command import cmd_models
 from stream.cli.parser import CliError, build_parser, config_from_args
@@ -25,6 +26,10 @@ from stream.job.swap_job import SwapJob
 from stream.media.demo_clips import DemoUnavailable
 from stream.media.video_info import VideoInfo
 from stream.runtime.heap import bound_arenas, settle
+
+if TYPE_CHECKING:
+    from stream.ops.drain import StopDeadline
+    from stream.ops.live import LiveOps
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -42,8 +47,11 @@ class StopOnCtrlC:
 
     SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: StopDeadline | None = None) -> None:
+        """`deadline`: started by SIGTERM or SIGHUP stopping the run (--drain-seconds)."""
         self.pipeline: Pipeline | None = None
+        self.deadline = deadline
+        self.stopping = False  # a signal has asked the running pipeline to stop
         self._previous: dict[int, Any] = {}
 
     def watch(self, pipeline: Pipeline) -> None:
@@ -58,6 +66,9 @@ class StopOnCtrlC:
                 raise KeyboardInterrupt
             return
         pipeline.stop("stopped by Ctrl-C" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}")
+        self.stopping = True
+        if signum != signal.SIGINT and self.deadline is not None:
+            self.deadline.start()
 
     def __enter__(self) -> StopOnCtrlC:
         if threading.current_thread() is threading.main_thread():
@@ -67,6 +78,8 @@ class StopOnCtrlC:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
@@ -88,15 +101,7 @@ def cmd_swap(args: argparse.Namespace) -> int:
 
 
 def cmd_live(args: argparse.Namespace) -> int:
-    from stream.cli.progress import StatusBoard
-    from stream.job.runs import open_live, run_live
-    from stream.job.status import format_live_summary, format_status
-    from stream.media.close import close_quietly
-    from stream.sinks.fanout import FanoutSink
-    from stream.sinks.file import FileSink
-    from stream.sinks.open import open_sink, record_sink
-    from stream.sources.capture import WebcamSource
-    from stream.sources.open import open_source
+    from stream.ops.live import LiveOps
 
     config = config_from_args(args)
     width = height = None
@@ -111,13 +116,37 @@ def cmd_live(args: argparse.Namespace) -> int:
     token = _token_of(args)
     if token is not None and whep is None:
         raise CliError("--token and --token-file apply to --output whep only")
+    ops = LiveOps.from_args(args)  # its ports bound now, before the models load
+    if ops.urls():
+        print(f"ops: {', '.join(ops.urls())}", file=sys.stderr, flush=True)
+    try:
+        return _run_live(args, config, width, height, whep, token, ops)
+    finally:
+        ops.close()
+
+
+def _run_live(args: argparse.Namespace, config: Any, width: int | None, height: int | None,
+              whep: tuple[str, int] | None, token: str | None, ops: LiveOps) -> int:
+    from stream.cli.progress import StatusBoard
+    from stream.job.runs import open_live, run_live
+    from stream.job.status import format_live_summary, format_status
+    from stream.media.close import close_quietly
+    from stream.ops.drain import StopDeadline
+    from stream.sinks.fanout import FanoutSink
+    from stream.sinks.file import FileSink
+    from stream.sinks.open import open_sink, record_sink
+    from stream.sources.capture import WebcamSource
+    from stream.sources.open import open_source
+
     board = StatusBoard(sys.stderr)
     # Signals are ours from here on: before the pipeline runs, a stop interrupts the loading
     # and whatever was opened is closed again (an output file holding no frame is removed);
     # once it runs, a stop ends it cleanly.
-    with StopOnCtrlC() as ctrl_c:
+    with StopOnCtrlC(StopDeadline(args.drain_seconds)) as ctrl_c:
+        ops.metrics.draining = lambda: ctrl_c.stopping
         job = job_for(config, args.source)
         job.open()
+        ops.time_models(job)
         source = open_source(args.input, width, height, args.fps, open_timeout=args.open_timeout)
         made: list[FanoutSink] = []  # held here from the moment it exists, to be closed below
 
@@ -129,6 +158,7 @@ def cmd_live(args: argparse.Namespace) -> int:
                 from stream.server.whep_output import WhepOutput
 
                 sinks: list[Any] = [WhepOutput(info.width, info.height, *whep, token=token, sound=sound)]
+                ops.watch_viewers(sinks[0])
             else:
                 sinks = [open_sink(args.output, info, config, args.vcam_backend, args.vcam_device,
                                    audio_from=audio, sound=sound)]
@@ -148,12 +178,17 @@ def cmd_live(args: argparse.Namespace) -> int:
             def status(figures: dict[str, Any]) -> None:
                 board.show(format_status(figures))
 
+            def started(pipeline: Pipeline) -> None:
+                ctrl_c.watch(pipeline)
+                ops.watch(pipeline)
+
             with board.carrying_logs():
                 try:
                     result = run_live(job, source, live_sink, args.output,
                                       status=None if args.quiet else status,
-                                      duration=args.duration, on_start=ctrl_c.watch)
+                                      duration=args.duration, on_start=started)
                 finally:
+                    ops.over()
                     board.end()
         finally:
             # run_live closes both; an interrupt before it started them must too.
@@ -203,7 +238,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from stream.server.guard import ConnectionLimits
     from stream.server.ice import ice_addresses_for
-    from stream.server.listen import bind_socket
+    from stream.ops.listen import bind_socket
 
     if args.max_peers < 1:
         raise CliError(f"--max-peers {args.max_peers}: must be at least 1")
@@ -214,6 +249,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.max_viewers < 0:
         raise CliError(f"--max-viewers {args.max_viewers}: must be 0 or more")
     token = _token_of(args)
+    from stream.ops.drain import check_drain_seconds
+    from stream.ops.metrics import check_name
+
+    try:
+        check_name(args.name)
+        check_drain_seconds(args.drain_seconds)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     for flag, seconds in (("--header-timeout", args.header_timeout), ("--keepalive-timeout", args.keepalive_timeout)):
         if not 0 < seconds < 1e6:
             raise CliError(f"{flag} {seconds:g}: must be more than 0 seconds")
@@ -256,33 +299,39 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     server = FaceServer(job, max_peers=args.max_peers, codec=args.codec, say=say, ice_addresses=ice_addresses,
                         share_uploads=args.share_uploads, max_upload_pixels=args.max_upload_pixels,
-                        token=token, max_viewers=args.max_viewers)
+                        token=token, max_viewers=args.max_viewers, name=args.name,
+                        metrics_public=args.metrics_public)
     server.add_job_faces()
     settle()  # the models and faces stay for good: out of every later collection's way
-    stops = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+    def drain() -> None:
+        server.ops.start_drain()
+        print(f"draining (SIGTERM): no new sessions; {len(server.sessions)} open, given up to "
+              f"{args.drain_seconds:g} s to end", flush=True)
 
     async def run() -> None:
+        from stream.ops.drain import ServeSignals
+
         runner, url = await start_server(server, args.host, args.port, sock=sock, limits=limits)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in stops:  # Ctrl-C, SIGTERM and SIGHUP all stop the same way
-            loop.add_signal_handler(sig, stop.set)
+        # SIGTERM drains (a second one changes nothing); Ctrl-C and SIGHUP stop at once.
+        signals = ServeSignals(drain)
+        signals.install(asyncio.get_running_loop())
         where = "every interface" if ice_addresses is None else ", ".join(ice_addresses)
         print(f"serving {url} (engine {job.models.name}, up to "
               f"{args.max_peers} peers, ICE on {where}; Ctrl-C to stop)", flush=True)
         print(f"WHIP: {url}whip, WHEP: {url}whep/SESSION"
               + ("; access token required (Bearer, or open the page once as ?access_token=TOKEN)"
                  if token else ""), flush=True)
+        ended = "stopped"
         try:
-            await stop.wait()
+            ended = await signals.wait(args.drain_seconds, lambda: len(server.sessions))
         finally:
             open_peers = len(server.sessions)
             await server.close()
             await runner.cleanup()
-            for sig in stops:
-                loop.remove_signal_handler(sig)
+            signals.remove()
             print(f"\nstopped: {server.sessions_started} peer session(s) served"
-                  + (f", {open_peers} closed at exit" if open_peers else ""), flush=True)
+                  + (f", {open_peers} closed at exit" if open_peers else "")
+                  + (f" ({ended})" if ended != "stopped" else ""), flush=True)
 
     asyncio.run(run())
     return 0
@@ -344,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     handlers = {"swap": cmd_swap, "demo": cmd_demo, "models": cmd_models, "live": cmd_live,
-                "serve": cmd_serve, "doctor": cmd_doctor, "benchmark": cmd_benchmark, "triton-repo": cmd_triton_repo}
+                "serve": cmd_serve, "doctor": cmd_doctor, "benchmark": cmd_benchmark, "triton-repo": cmd_triton_repo,
+                "cameras": cmd_cameras}
     args.written = written = Written()
     if args.command in LIVE_COMMANDS:
         # Before any thread: each thread would otherwise grow an arena of its own (a live

@@ -113,6 +113,29 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
     o.add_argument("-v", "--verbose", action="store_true", help="debug logging, with tracebacks")
 
 
+def _add_service_options(p: argparse.ArgumentParser, name: str, live: bool) -> None:
+    """Running as a service: the metrics' stream label, the drain on SIGTERM, and (live) the
+    probe and metrics ports (stream.ops)."""
+    g = p.add_argument_group("as a service")
+    g.add_argument("--name", default=name, metavar="NAME",
+                   help=f"the stream label of every metric (default {name}; 1-63 of A-Z a-z 0-9 _ . -)")
+    g.add_argument("--drain-seconds", type=float, default=20.0, metavar="S",
+                   help="on SIGTERM: " + ("the most the clean stop may take before it is cut short"
+                                          if live else "stop taking sessions (/readyz 503) and give the open "
+                                          "ones up to S seconds to end before closing them")
+                        + " (default 20; 0: at once)")
+    if not live:
+        g.add_argument("--metrics-public", action="store_true",
+                       help="with --token: serve /metrics without the token (the probes never need it)")
+        return
+    g.add_argument("--health-port", type=int, metavar="PORT",
+                   help="serve /healthz and /readyz on PORT (default: off; 0: any free port)")
+    g.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus /metrics on PORT (default: off; 0: any free port)")
+    g.add_argument("--ops-host", default="127.0.0.1", metavar="HOST",
+                   help="address the health and metrics ports listen on (default 127.0.0.1)")
+
+
 def _add_selection_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--select", choices=SELECT_MODES,
                    help="which faces to swap: all (default), the largest, only the --reference person, "
@@ -185,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "or an unknown path (404) fails at once")
     live.add_argument("--vcam-device", metavar="DEVICE", help="virtual camera device (e.g. /dev/video10)")
     live.add_argument("--vcam-backend", metavar="NAME", help="pyvirtualcam backend (default: the platform's)")
+    _add_service_options(live, "live", live=True)
     _add_run_options(live)
     serve = sub.add_parser(
         "serve", help="a WebRTC page: your browser's camera, swapped, sent back to the page",
@@ -245,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--codec", choices=CODECS, default="vp8",
                        help="video codec to send back when the browser offers it (default vp8: the "
                             "cheapest on a CPU here; auto: the browser's first choice)")
+    _add_service_options(serve, "serve", live=False)
     _add_run_options(serve, server=True)
     bench = sub.add_parser(
         "benchmark", help="how fast this machine swaps: fps staged and serial, stage times, latency, "
@@ -374,7 +399,41 @@ def build_parser() -> argparse.ArgumentParser:
     triton.add_argument("--symlink", action="store_true",
                         help="link the model files instead of copying them (a container then needs "
                              "their folder mounted at the same path)")
+    _add_cameras_parser(sub)
     return parser
+
+
+def _add_cameras_parser(sub: argparse._SubParsersAction) -> None:
+    cams = sub.add_parser(
+        "cameras", help="render the Kubernetes Deployments of the camera workers from one list",
+        description="Reads LIST (deploy/kubernetes/cameras.yaml: a name, an rtsp:// input and output and a "
+                    "source photo per camera) and writes one Deployment per camera running `facestream live` "
+                    "on it, with its health and metrics ports, probes and the models volume. Adding a camera "
+                    "is one entry in LIST and this command again.",
+        epilog="examples:\n"
+               "  facestream cameras deploy/kubernetes/cameras.yaml -o deploy/kubernetes/cameras/workers.yaml\n"
+               "  facestream cameras deploy/kubernetes/cameras.yaml -o deploy/kubernetes/cameras/workers.yaml --check\n"
+               "  facestream cameras one.yaml --image localhost/facestream:latest --pull-never --host-network \\\n"
+               "      --models-host-path /srv/models --no-probes > pod.yaml && podman kube play pod.yaml",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cams.add_argument("list", metavar="LIST", help="the cameras' YAML list")
+    cams.add_argument("-o", "--output", metavar="FILE", help="write the render to FILE (default: print it)")
+    cams.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 if FILE (-o) is not the render of LIST (for CI)")
+    cams.add_argument("--image", default="facestream", metavar="IMAGE",
+                      help="the workers' image (default facestream: the name the kustomization's images: "
+                           "entry sets to your registry and tag)")
+    cams.add_argument("--pull-never", action="store_true",
+                      help="imagePullPolicy Never: a local image only (podman kube play, kind)")
+    cams.add_argument("--host-network", action="store_true",
+                      help="pods on the host's network (to reach cameras or a server on its loopback or LAN); "
+                           "camera N's health and metrics ports are then 8100+N and 8200+N")
+    cams.add_argument("--models-host-path", metavar="DIR",
+                      help="the models from this folder of the host (hostPath) instead of the "
+                           "facestream-models volume claim")
+    cams.add_argument("--no-probes", action="store_true",
+                      help="leave out the health probes (podman kube play runs an HTTP probe as curl inside "
+                           "the container)")
 
 
 def _size(flag: str, text: str | None) -> int | None:

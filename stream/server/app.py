@@ -13,7 +13,9 @@ HTTP API (JSON unless said; every refusal is 4xx with a one-line {"error"}):
 - with the session's token (header `X-Session-Token`, or `?token=` for sendBeacon):
   `GET /api/sessions/ID` figures; `POST /api/sessions/ID/face` {face};
   `DELETE /api/sessions/ID` (or `POST /api/sessions/ID/close`);
-- `GET /api/status`.
+- `GET /api/status`;
+- `GET /healthz`, `GET /readyz` (no token, no cookie), `GET /metrics` (Prometheus; see
+  stream.server.ops_routes).
 
 WHIP and WHEP (stream.server.whip, .whep): `POST /whip[/FACE]` and `POST /whep/SESSION` with an
 SDP offer, answered 201 with the SDP answer and the resource's `Location` to DELETE.
@@ -54,7 +56,8 @@ from stream.server import CODECS, MAX_UPLOAD_PIXELS
 from stream.server.access import VISITOR, challenge, given_token, keep_in_cookie, same_token
 from stream.server.faces import FaceEntry, FaceLibrary, new_entry
 from stream.server.guard import ConnectionBook, ConnectionLimits, GuardedSite
-from stream.server.listen import bind_socket
+from stream.ops.listen import bind_socket
+from stream.server.ops_routes import OPS_PATHS, ServeOps
 from stream.server.peer import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, OfferError, PeerSession, check_offer
 from stream.server.refusal import ApiError
 from stream.server.refusal import shown as _shown
@@ -85,13 +88,15 @@ class FaceServer:
                  ice_addresses: Sequence[str] | None = ("127.0.0.1",), share_uploads: bool = False,
                  max_upload_pixels: int = MAX_UPLOAD_PIXELS, connect_timeout: float = CONNECT_TIMEOUT_S,
                  idle_timeout: float = IDLE_TIMEOUT_S, library: FaceLibrary | None = None,
-                 token: str | None = None, max_viewers: int = MAX_VIEWERS) -> None:
+                 token: str | None = None, max_viewers: int = MAX_VIEWERS, name: str = "serve",
+                 metrics_public: bool = False) -> None:
         """`ice_addresses`: where peers' ICE candidates are gathered (None: every
         interface); `share_uploads`: every visitor sees every upload; `max_upload_pixels`:
         larger pictures are refused from their header; `connect_timeout`, `idle_timeout`:
         a session not connected, or without video, that long is closed; `token`: when set,
         every request must carry it (see stream.server.access); `max_viewers`: WHEP viewers
-        at once, all sessions together."""
+        at once, all sessions together; `name`: the stream label of its metrics;
+        `metrics_public`: /metrics needs no token."""
         if codec not in CODECS:
             raise ValueError(f"codec {codec!r}: choose one of {', '.join(CODECS)}")
         self.job = job
@@ -113,6 +118,7 @@ class FaceServer:
         self.connections: ConnectionBook | None = None  # set by start_server
         self._collecting: asyncio.Future[None] | None = None  # the collection after a session's end
         self._collect_again = False
+        self.ops = ServeOps(self, name, metrics_public)  # probes, metrics, drain
 
     # -- faces -----------------------------------------------------------------------
 
@@ -161,6 +167,7 @@ class FaceServer:
             while len(self.ended) > ENDED_KEPT:
                 self.ended.popitem(last=False)
             await session.close()
+            self.ops.retire(session)
             del session
             self._give_back_soon()
 
@@ -213,6 +220,7 @@ class FaceServer:
         app.router.add_delete("/api/sessions/{id}", self.session_close)
         app.router.add_post("/api/sessions/{id}/close", self.session_close)
         app.router.add_get("/api/status", self.status)
+        self.ops.add_routes(app)
         MediaEndpoints(self).add_routes(app)
         app.on_shutdown.append(lambda _app: self.close())
         return app
@@ -224,7 +232,7 @@ class FaceServer:
         one-line JSON error: ours, aiohttp's (unknown path, wrong method, body too large)
         and, for a bug, a 500 that names nothing of the code."""
         given = request.cookies.get(VISITOR_COOKIE) or request.headers.get("X-Visitor") or ""
-        fresh = not _TOKEN.fullmatch(given)
+        fresh = not _TOKEN.fullmatch(given) and request.path not in OPS_PATHS  # probes get no cookie
         visitor = secrets.token_urlsafe(18) if fresh else given
         request[VISITOR] = visitor
         media = is_media_path(request.path)  # WHIP/WHEP: errors as one line of text, CORS
@@ -233,6 +241,7 @@ class FaceServer:
             keep_token = self._check_access(request)
             response = await handler(request)
         except ApiError as exc:
+            self.ops.count_refusal(request, exc)
             response = _error(exc.status, exc.message, plain=media)
             response.headers.update(exc.headers)
         except web.HTTPException as exc:
@@ -257,16 +266,16 @@ class FaceServer:
         """Refuse (401) a request without the server's token, when it has one; a CORS
         preflight needs none (browsers send it without credentials). Returns the token when
         it came in the query, to be kept in the page's cookie."""
-        if self.token is None or request.method == "OPTIONS":
+        if self.token is None or request.method == "OPTIONS" or not self.ops.needs_token(request.path):
             return None
         given, in_query = given_token(request)
         if not given:
             raise ApiError(401, f"{request.method} {_shown(request.path)}: this server needs its access token "
                                 "(Authorization: Bearer TOKEN, or ?access_token=TOKEN once in a browser)",
-                           challenge())
+                           challenge(), reason="unauthorized")
         if not same_token(given, self.token):
             raise ApiError(401, f"{request.method} {_shown(request.path)}: wrong access token",
-                           challenge("invalid_token"))
+                           challenge("invalid_token"), reason="unauthorized")
         return given if in_query else None
 
     async def page(self, request: web.Request) -> web.Response:
@@ -348,28 +357,30 @@ class FaceServer:
                             via: str = "page") -> tuple[PeerSession, RTCSessionDescription]:
         """A new peer session answering `sdp` (the page's offer, or a WHIP publisher's),
         within the server's peer limit and timeouts; ApiError for an offer it cannot take."""
+        self.ops.check_new_session()
         try:
             check_offer(sdp)
         except OfferError as exc:
-            raise ApiError(400, str(exc)) from exc
+            raise ApiError(400, str(exc), reason="bad_offer") from exc
         if len(self.sessions) >= self.max_peers:
-            raise ApiError(503, f"this server takes {self.max_peers} peers at once; all are in use")
+            raise ApiError(503, f"this server takes {self.max_peers} peers at once; all are in use", reason="full")
         session = PeerSession(self.job, face, self.codec, say=self.say, on_failed=self.end_session,
                               visitor=visitor, ice_addresses=self.ice_addresses,
                               connect_timeout=self.connect_timeout, idle_timeout=self.idle_timeout)
         session.via = via
         self.sessions[session.id] = session
         self.sessions_started += 1
+        self.ops.watch(session)
         try:
             answer = await session.answer(RTCSessionDescription(sdp=sdp, type="offer"))
         except OfferError as exc:
             await self.end_session(session.id)
-            raise ApiError(400, str(exc)) from exc
+            raise ApiError(400, str(exc), reason="bad_offer") from exc
         except Exception as exc:  # noqa: BLE001 - aiortc's parse errors name its code, not the problem
             log.debug("offer refused", exc_info=exc)
             await self.end_session(session.id)
             raise ApiError(400, "offer: the SDP could not be used (not a WebRTC offer this server "
-                                "can answer)") from exc
+                                "can answer)", reason="bad_offer") from exc
         return session, answer
 
     def _session(self, request: web.Request) -> PeerSession:
@@ -415,7 +426,7 @@ class FaceServer:
                                   "sessions_started": self.sessions_started,
                                   "viewers": len(self.viewers), "max_viewers": self.max_viewers,
                                   "faces": len(self.library.listed(request[VISITOR])),
-                                  "connections": self._connection_figures()})
+                                  "connections": self._connection_figures(), "draining": self.ops.draining})
 
     def _connection_figures(self) -> dict[str, int] | None:
         book = self.connections

@@ -7,13 +7,16 @@ from collections.abc import Mapping
 
 
 class ApiError(Exception):
-    """A refusal: the status and the one-line message the client gets."""
+    """A refusal: the status and the one-line message the client gets; `reason`, when
+    set, is what facestream_refusals_total counts it as (stream.ops.metrics.REASONS)."""
 
-    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None,
+                 reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = dict(headers or {})
+        self.reason = reason
 
 
 def shown(text: str, limit: int = 64) -> str:

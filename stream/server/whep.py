@@ -65,7 +65,7 @@ class WhepEndpoints:
         sdp = await read_offer(request, "WHEP", ("recvonly", "sendrecv"))
         if len(server.viewers) >= server.max_viewers:
             raise ApiError(503, f"WHEP: this server takes {server.max_viewers} viewers at once; all are in use",
-                           {"Retry-After": "10"})
+                           {"Retry-After": "10"}, reason="viewers_full")
         viewer = Viewer(sid, relay, server.codec, ice_addresses=server.ice_addresses,
                         connect_timeout=server.connect_timeout, on_ended=server.end_viewer, say=server.say)
         server.viewers[viewer.id] = viewer

@@ -34,7 +34,7 @@ from stream.media.convert import YuvFramer
 from stream.runtime.slot import Slot
 from stream.server.guard import ConnectionBook, ConnectionLimits, GuardedSite
 from stream.server.ice import ice_addresses_for
-from stream.server.listen import bind_socket
+from stream.ops.listen import bind_socket
 from stream.server.peer import CONNECT_TIMEOUT_S
 from stream.server.signalling import MAX_VIEWERS, media_middleware
 from stream.server.viewer import Viewer
