@@ -236,9 +236,9 @@ def _whep_output(spec: str) -> tuple[str, int] | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from stream.ops.listen import bind_socket
     from stream.server.guard import ConnectionLimits
     from stream.server.ice import ice_addresses_for
-    from stream.ops.listen import bind_socket
 
     if args.max_peers < 1:
         raise CliError(f"--max-peers {args.max_peers}: must be at least 1")

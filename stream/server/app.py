@@ -51,12 +51,12 @@ from engines.face import ImageBGR
 from stream.errors import StreamError, reason_of
 from stream.job.swap_job import SwapJob
 from stream.media.image_header import FORMATS, ImageHeaderError, read_image_header
+from stream.ops.listen import bind_socket
 from stream.runtime.heap import give_back
 from stream.server import CODECS, MAX_UPLOAD_PIXELS
 from stream.server.access import VISITOR, challenge, given_token, keep_in_cookie, same_token
 from stream.server.faces import FaceEntry, FaceLibrary, new_entry
 from stream.server.guard import ConnectionBook, ConnectionLimits, GuardedSite
-from stream.ops.listen import bind_socket
 from stream.server.ops_routes import OPS_PATHS, ServeOps
 from stream.server.peer import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, OfferError, PeerSession, check_offer
 from stream.server.refusal import ApiError

@@ -31,10 +31,10 @@ from stream.errors import SinkError, StreamError
 from stream.media.audio_delay import AudioBus, PlayoutDelay
 from stream.media.clock import VIDEO_TIME_BASE
 from stream.media.convert import YuvFramer
+from stream.ops.listen import bind_socket
 from stream.runtime.slot import Slot
 from stream.server.guard import ConnectionBook, ConnectionLimits, GuardedSite
 from stream.server.ice import ice_addresses_for
-from stream.ops.listen import bind_socket
 from stream.server.peer import CONNECT_TIMEOUT_S
 from stream.server.signalling import MAX_VIEWERS, media_middleware
 from stream.server.viewer import Viewer
