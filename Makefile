@@ -13,7 +13,8 @@ STAMP := $(VENV)/.installed
 LOCK ?= constraints.txt
 PIP_LOCK := $(if $(LOCK),-c $(LOCK),)
 
-.PHONY: demo test test-fast test-deps triton-env check-install lint lock bench docs install clean
+.PHONY: demo test test-fast test-deps triton-env check-install lint lock bench docs install clean \
+	image image-deps image-test
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +77,33 @@ bench: $(STAMP)
 # (Not --quiet: mkdocs then drops the warnings before strict mode counts them.)
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
+
+# The CPU image (deploy/Containerfile), built with podman and no container registry or package
+# index: the base (Debian bookworm, debootstrap) and the wheels (the lock's, cached under
+# ~/.cache/facestream/wheelhouse) are made here. Tags localhost/facestream:<version> and :latest.
+# Podman's settings are deploy/containers.conf (runc; the ulimits a container here may have):
+# these targets export CONTAINERS_CONF; a shell that runs the image needs the same,
+#   export CONTAINERS_CONF=$$PWD/deploy/containers.conf
+# (or, system-wide as root, a copy in /etc/containers/containers.conf; root's podman does not
+# read ~/.config/containers). `make image-test` runs the image for real (tests/test_image.py).
+CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
+image image-test: export CONTAINERS_CONF := $(CONTAINERS_CONF)
+SYSTEM_IMAGE_PACKAGES := podman runc catatonit debootstrap uidmap fuse-overlayfs slirp4netns
+image-deps:
+	@if command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null \
+		&& command -v catatonit >/dev/null; then \
+		echo "image tools: installed"; \
+	else \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(SYSTEM_IMAGE_PACKAGES); \
+	fi
+
+image: $(STAMP) image-deps
+	PYTHON=$(BIN)/python tools/deploy/image.sh
+
+image-test: $(STAMP)
+	FACESTREAM_IMAGE_TEST=1 $(BIN)/python -m pytest -q -m image tests/test_image.py
 
 clean:
 	rm -rf $(VENV) facestream-demo site
