@@ -95,7 +95,10 @@ class LiveOps:
         return self.server.urls() if self.server is not None else []
 
     def time_models(self, job: Any) -> None:
-        """Count the job's model run times (once its models are open)."""
+        """Count the job's model run times (once its models are open), when /metrics is
+        served: a run without --metrics-port calls its models untouched."""
+        if self.server is None or self.server.scrape is None:
+            return
         time_models(job.models, getattr(job, "enhancer", None), self.metrics)
 
     def watch_viewers(self, output: Any) -> None:
