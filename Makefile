@@ -81,14 +81,13 @@ docs: $(STAMP)
 # The CPU image (deploy/Containerfile), built with podman and no container registry or package
 # index: the base (Debian bookworm, debootstrap) and the wheels (the lock's, cached under
 # ~/.cache/facestream/wheelhouse) are made here. Tags localhost/facestream:<version> and :latest.
-# Podman's settings are deploy/containers.conf (runc; the ulimits a container here may have):
-# these targets export CONTAINERS_CONF; a shell that runs the image needs the same,
-#   export CONTAINERS_CONF=$$PWD/deploy/containers.conf
-# (or, system-wide as root, a copy in /etc/containers/containers.conf; root's podman does not
-# read ~/.config/containers). `make image-test` runs the image for real (tests/test_image.py).
-CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
-image image-test: export CONTAINERS_CONF := $(CONTAINERS_CONF)
+# `make image-deps` installs podman and its kin (apt-get), and podman's settings for this
+# project (deploy/containers.conf: runc; the ulimits a container may have where containers may
+# not raise their limits) as a drop-in that every podman command reads, so a plain
+# `podman run --rm localhost/facestream:latest doctor` works after `make image`. As root or with
+# sudo, as `make test-deps`. `make image-test` runs the image for real (tests/test_image.py).
 SYSTEM_IMAGE_PACKAGES := podman runc catatonit debootstrap uidmap fuse-overlayfs slirp4netns
+PODMAN_SETTINGS := /etc/containers/containers.conf.d/50-facestream.conf
 image-deps:
 	@if command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null \
 		&& command -v catatonit >/dev/null; then \
@@ -98,11 +97,18 @@ image-deps:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(SYSTEM_IMAGE_PACKAGES); \
 	fi
+	@if cmp -s deploy/containers.conf $(PODMAN_SETTINGS); then \
+		echo "podman settings: $(PODMAN_SETTINGS)"; \
+	else \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO install -D -m 644 deploy/containers.conf $(PODMAN_SETTINGS) && \
+		echo "podman settings: deploy/containers.conf installed as $(PODMAN_SETTINGS)"; \
+	fi
 
 image: $(STAMP) image-deps
 	PYTHON=$(BIN)/python tools/deploy/image.sh
 
-image-test: $(STAMP)
+image-test: $(STAMP) image-deps
 	FACESTREAM_IMAGE_TEST=1 $(BIN)/python -m pytest -q -m image tests/test_image.py
 
 clean:

@@ -162,6 +162,11 @@ def test_podman_settings_and_ci_build_and_run_the_cpu_image() -> None:
                      conf, re.M | re.S)
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert ci.index("make image") < ci.index("make image-test")
+    # installed where every podman command reads it (a drop-in), before the image is built or run
+    make = (ROOT / "Makefile").read_text()
+    assert "PODMAN_SETTINGS := /etc/containers/containers.conf.d/" in make
+    assert "install -D -m 644 deploy/containers.conf $(PODMAN_SETTINGS)" in make
+    assert "image: $(STAMP) image-deps" in make and "image-test: $(STAMP) image-deps" in make
 
 
 @pytest.mark.parametrize("path", [CPU, GPU], ids=["cpu", "gpu"])

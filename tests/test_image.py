@@ -43,10 +43,9 @@ pytestmark = [
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """One podman command with the project's settings (deploy/containers.conf, unless the
-    caller's environment names another file)."""
-    env = {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(ROOT / "deploy/containers.conf"))}
-    done = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    """One podman command, as a user types it: podman's settings are those `make image-deps`
+    installed (deploy/containers.conf as a drop-in), or the caller's CONTAINERS_CONF."""
+    done = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
     if check and done.returncode:
         raise AssertionError(f"podman {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
     return done

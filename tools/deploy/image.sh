@@ -2,8 +2,8 @@
 # `make image`: the CPU image, localhost/facestream:<version> and :latest, built with no
 # container registry and no package index: the base from Debian's mirror (base.sh), the
 # wheels from this machine's pip (wheelhouse.sh), then `podman build -f deploy/Containerfile`.
-# Prints how long each step took and the image's size. Podman's settings: $CONTAINERS_CONF
-# (the Makefile points it at deploy/containers.conf).
+# Prints how long each step took and the image's size. Podman's settings: those `make
+# image-deps` installs (deploy/containers.conf as a drop-in).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 IMAGE=${IMAGE:-localhost/facestream}
@@ -32,5 +32,4 @@ new=$(podman image inspect "$IMAGE:latest" --format '{{.Id}}')
 if [ -n "$old" ] && [ "$old" != "$new" ]; then podman rmi "$old" >/dev/null 2>&1 || true; fi
 size=$(podman image inspect "$IMAGE:$version" --format '{{.Size}}')
 echo "image: $IMAGE:$version and $IMAGE:latest, $((size / 1000000)) MB"
-echo "run it:  export CONTAINERS_CONF=$PWD/deploy/containers.conf   (podman's settings for this machine kind)"
-echo "         podman run --rm $IMAGE:latest doctor"
+echo "run it: podman run --rm $IMAGE:latest doctor"
