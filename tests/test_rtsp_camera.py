@@ -91,8 +91,9 @@ def test_a_server_that_answers_but_sends_no_picture_in_time_says_it_waits_for_a_
         source.close()
         publisher.stop()
     text = str(caught.value)
-    assert "connected, waiting for a keyframe: no picture within 2 s" in text and "\n" not in text, text
-    assert 1.9 <= took < 6.0, took
+    # Keyframes not measured yet: taken to be up to the open timeout apart, the wait is two of them.
+    assert "connected, waiting for a keyframe: no picture within 4 s" in text and "\n" not in text, text
+    assert 3.9 <= took < 8.0, took
 
 
 def test_six_server_restarts_are_each_reconnected_within_a_second_and_a_half_and_the_output_plays(

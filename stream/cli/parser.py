@@ -203,8 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this many seconds")
     live.add_argument("--open-timeout", type=float, default=OPEN_TIMEOUT_S, metavar="SECONDS",
                       help="rtsp: give up on a server that does not answer after this long, and, once it "
-                           "answers, on a first picture that does not come within this long (a camera's "
-                           f"keyframes may be 10 s apart; default {OPEN_TIMEOUT_S:g}); a refused connection "
+                           "answers, on a first picture that does not come within two keyframe intervals and "
+                           f"at least this long (a camera's keyframes may be 10 s apart; default {OPEN_TIMEOUT_S:g}); "
+                           "a refused connection "
                            "or an unknown path (404) fails at once")
     live.add_argument("--vcam-device", metavar="DEVICE", help="virtual camera device (e.g. /dev/video10)")
     live.add_argument("--vcam-backend", metavar="NAME", help="pyvirtualcam backend (default: the platform's)")

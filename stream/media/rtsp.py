@@ -197,3 +197,87 @@ def server_answer(url: str, timeout: float) -> bytes:
             return sock.recv(64)
         except TimeoutError:
             return b""
+
+
+# The longest keyframe interval believed: a camera measured further apart (a dynamic GOP,
+# an odd stream) is still given up on after twice this.
+MAX_GOP_S = 30.0
+
+
+def first_picture_wait(open_timeout: float, gop_s: float | None) -> float:
+    """Seconds to wait, from the server's answer, for a stream's first picture: two keyframe
+    intervals (`gop_s`; a join may miss one keyframe: a failed attempt used it, or it was
+    lost on the way) and never less than `open_timeout`; `open_timeout` when the interval
+    is not known."""
+    if gop_s is None or gop_s <= 0:
+        return open_timeout
+    return max(open_timeout, 2.0 * min(gop_s, MAX_GOP_S))
+
+
+@dataclass
+class Join:
+    """One wait for a stream's first picture: what it saw, its deadline and its note.
+
+    The keyframe interval is the one measured on an earlier connection (`gop_s`), else the
+    time between two keyframes seen in this wait; while neither is known, the stream is
+    taken to send them up to `open_timeout` apart (what the open timeout is there to
+    cover), so the wait is twice the open timeout. (A server may hold its answer to the
+    stream's description until its next keyframe, as GStreamer's RTSP server relaying a
+    publisher does: nothing tells such a wait from a longer silence.)"""
+
+    connected: float  # time.monotonic() of the server's answer
+    open_timeout: float
+    gop_s: float | None = None
+    attempts: int = 0
+    answered: float | None = None  # when the last attempt's stream description came
+    packets: int = 0  # video packets before the first picture
+    keyframes: list[float] = field(default_factory=list)  # when key packets came, before it
+    before_key: int = 0  # packets before the first key packet
+    undecodable: int = 0  # packets the decoder refused before it (no reference yet)
+
+    def saw(self, keyframe: bool, now: float) -> None:
+        """A video packet came at `now`, before the first picture."""
+        self.packets += 1
+        if keyframe:
+            self.keyframes.append(now)
+        elif not self.keyframes:
+            self.before_key += 1
+
+    def gop(self) -> float:
+        """The keyframe interval this wait goes by (see the class), or None."""
+        if self.gop_s:
+            return self.gop_s
+        if len(self.keyframes) >= 2:
+            return self.keyframes[-1] - self.keyframes[-2]
+        return self.open_timeout
+
+    def wait(self) -> float:
+        return first_picture_wait(self.open_timeout, self.gop())
+
+    def deadline(self) -> float:
+        return self.connected + self.wait()
+
+    def longest(self) -> float:
+        """The latest the deadline can move to, whatever comes."""
+        return self.connected + first_picture_wait(self.open_timeout, MAX_GOP_S)
+
+    def failure(self) -> str:
+        """Our words for no picture within the wait."""
+        seen = (f" ({self.packets} frame(s) came, {len(self.keyframes)} keyframe(s))" if self.packets else "")
+        return (f"connected, waiting for a keyframe: no picture within {self.wait():.3g} s{seen} "
+                "(a camera sending keyframes further apart needs a longer --open-timeout)")
+
+    def note(self, first: float) -> str:
+        """One line: how long the first picture took, and why."""
+        took = first - self.connected
+        why: list[str] = []
+        if self.before_key:
+            why.append(f"joined between keyframes ({self.before_key} frame(s) before the first keyframe)")
+        elif self.answered is not None and self.answered - self.connected >= 0.5:
+            why.append("joined between keyframes (the server held its answer until its next keyframe)")
+        if self.attempts > 1:
+            why.append(f"{self.attempts} attempts")
+        if self.undecodable:
+            why.append(f"{self.undecodable} frame(s) without a reference skipped")
+        gop = f" (keyframes about {self.gop_s:.3g} s apart)" if self.gop_s else ""
+        return f"first picture after {took:.1f} s" + (f": {', '.join(why)}{gop}" if why else gop)

@@ -20,7 +20,7 @@ from stream.media.clock import VIDEO_TIME_BASE, CaptureClock, StreamRate
 from stream.media.close import close_quietly
 from stream.media.convert import convert_into
 from stream.media.interruptible import Cancelled, wait_for_call
-from stream.media.rtsp import has_credentials, reason_after, redacted, refusal_of, server_answer
+from stream.media.rtsp import Join, has_credentials, reason_after, redacted, refusal_of, server_answer
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 
@@ -71,8 +71,9 @@ class RtspSource:
     """An RTSP stream pulled with PyAV over TCP, with low-delay options.
 
     Opening waits up to `open_timeout` seconds for the server to answer (an RTSP OPTIONS
-    request), then, from that moment, up to `open_timeout` for the first picture, which a
-    stream joined between keyframes shows at the next one; a one-line error otherwise
+    request), then, from that moment, for the first picture, which a stream joined between
+    keyframes shows at the next one: up to two keyframe intervals (measured: stream.media.rtsp.Join)
+    and at least `open_timeout`; a one-line error otherwise
     ("no answer within", or "connected, waiting for a keyframe"), and at once when the
     server's answer will not change (a 404, a refused connection, another protocol). The
     waits run in worker threads, so Ctrl-C and `stop()` end `open()` at once. When the
@@ -106,6 +107,8 @@ class RtspSource:
         self._pending: av.VideoFrame | None = None
         self._last_frame_at = 0.0
         self._time_to_first: float | None = None  # seconds from the server's answer to the first picture
+        self.first_note: str | None = None  # how long the first picture took, and why (one line)
+        self.gop_s: float | None = None  # seconds between the stream's last two keyframes (its timestamps)
         self.rate = StreamRate()  # the stream's own rate, from its timestamps
         self._lost_since: float | None = None
         self._stalled = False
@@ -120,20 +123,43 @@ class RtspSource:
     def name(self) -> str:
         return f"rtsp {redacted(self.url)!r}"
 
-    def _demuxed(self, container: av.container.InputContainer, video: av.VideoStream) -> Iterator[av.VideoFrame]:
-        """The video frames of `container`; its first audio track's frames go to `audio`."""
+    def _demuxed(self, container: av.container.InputContainer, video: av.VideoStream,
+                 join: Join) -> Iterator[av.VideoFrame]:
+        """The video frames of `container`; its first audio track's frames go to `audio`.
+        Until the first picture, each video packet is noted in `join` and the wait ends
+        (TimeoutError) at its deadline; packets the decoder refuses then (a stream joined
+        between keyframes: frames whose reference never came) are skipped, not an error."""
         self.stream_clock.reset()  # a new connection: a new stream clock
         sound = container.streams.audio[0] if container.streams.audio else None
-        if sound is None:
-            yield from container.decode(video)
-            return
-        self.audio.format = AudioFormat(LIVE_RATE, 2)
-        self._resampler = live_resampler()
-        for packet in container.demux(video, sound):
+        if sound is not None:
+            self.audio.format = AudioFormat(LIVE_RATE, 2)
+            self._resampler = live_resampler()
+        pictured = False
+        last_key: float | None = None
+        for packet in container.demux(video, sound) if sound is not None else container.demux(video):
             if packet.stream is sound:
                 self._on_audio(packet)
                 continue
-            yield from packet.decode()
+            if packet.is_keyframe and packet.pts is not None and packet.time_base is not None:
+                key_time = float(packet.pts * packet.time_base)
+                if last_key is not None and key_time > last_key:
+                    self.gop_s = key_time - last_key
+                last_key = key_time
+            if pictured:
+                yield from packet.decode()
+                continue
+            now = time.monotonic()
+            if packet.size:
+                join.saw(packet.is_keyframe, now)
+            try:
+                frames = packet.decode()
+            except av.error.InvalidDataError:
+                join.undecodable += 1
+                frames = []
+            if not frames and now > join.deadline():
+                raise TimeoutError(join.failure())
+            pictured = bool(frames)
+            yield from frames
 
     def _on_audio(self, packet: av.Packet) -> None:
         try:
@@ -153,7 +179,7 @@ class RtspSource:
     def _error(self, what: str) -> SourceError:
         return SourceError(f"{self.name}: {what}")
 
-    def _open_container(self, timeout: float) -> _Opened:
+    def _open_container(self, join: Join) -> _Opened:
         """Connect, find the video and decode its first frame (in the connect thread)."""
         # No "fflags nobuffer": with it the packets read while the stream is analysed are
         # thrown away, and joining a stream already playing, the analysis waits for the first
@@ -164,25 +190,29 @@ class RtspSource:
         # handed the pipeline a second's frames at once (0.95 -> 0.3 s after the server's return).
         options = {"rtsp_transport": self.transport, "flags": "low_delay",
                    "max_delay": "0", "analyzeduration": "100000", "probesize": "500000"}
+        timeout = max(join.deadline() - time.monotonic(), 0.1)  # the server may hold its answer until a keyframe
         container = av.open(self.url, "r", options=options, timeout=(timeout, self.read_timeout))
+        join.answered = time.monotonic()
         try:
             if not container.streams.video:
                 raise SourceError(f"{self.name}: has no video stream")
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             stream.codec_context.flags |= av.codec.context.Flags.low_delay
-            frames = self._demuxed(container, stream)
+            frames = self._demuxed(container, stream, join)
             first = next(frames)
         except BaseException:
             close_quietly(container)
             raise
         return container, frames, first
 
-    def _connect(self, timeout: float) -> None:
-        """Connect within `timeout` seconds, waiting so that Ctrl-C and stop() end it at
-        once (`Cancelled`); a connect given up on is closed when it returns."""
+    def _connect(self, join: Join) -> None:
+        """Connect and decode the first picture within `join`'s deadline (which moves as
+        the stream shows its keyframe interval), waiting so that Ctrl-C and stop() end it
+        at once (`Cancelled`); a connect given up on is closed when it returns."""
+        join.attempts += 1
         container, frames, first = wait_for_call(
-            lambda: self._open_container(timeout), timeout + 1.0, self._stop,
+            lambda: self._open_container(join), join.longest() - time.monotonic() + 1.0, self._stop,
             discard=lambda opened: close_quietly(opened[0]), name="fs-rtsp-connect")
         self._container, self._frames, self._pending = container, frames, first
         self.rate.new_connection()
@@ -228,22 +258,22 @@ class RtspSource:
 
     def open(self) -> VideoInfo:
         """Connect: the server must answer within `open_timeout`; then, from that moment,
-        the first picture must come within `open_timeout` too (a stream joined between
-        keyframes shows its first picture at the next one: cameras send them 1-10 s apart)."""
+        the first picture must come within two keyframe intervals and at least
+        `open_timeout` (stream.media.rtsp.Join: a stream joined between keyframes shows its
+        first picture at the next one, and a join may miss one). `first_note` says how long
+        it took and why (`live` prints it)."""
         try:
             self._reach(time.monotonic() + self.open_timeout)
         except Cancelled:
             raise StopRequested(f"{self.name}: stopped while connecting") from None
         connected = time.monotonic()
-        deadline = connected + self.open_timeout
-        waiting = (f"connected, waiting for a keyframe: no picture within {self.open_timeout:g} s "
-                   "(a camera sending keyframes further apart needs a longer --open-timeout)")
-        last = waiting
+        join = Join(connected, self.open_timeout, self.gop_s)
+        last = waiting = ""  # "": no picture in time (join.failure(), known at the end)
         attempt = 0
-        while (left := deadline - time.monotonic()) > 0.05:
+        while (left := join.deadline() - time.monotonic()) > 0.05:
             tried = time.monotonic()
             try:
-                self._connect(left)
+                self._connect(join)
                 break
             except Cancelled:
                 raise StopRequested(f"{self.name}: stopped while connecting") from None
@@ -261,14 +291,18 @@ class RtspSource:
                     last = reason_after(exc, waited, left, waiting)
                 else:
                     last = "the stream ended at once"
-            if self._stop.wait(min(backoff_delay(attempt, PROBE_S), max(deadline - time.monotonic(), 0))):
+            if self._stop.wait(min(backoff_delay(attempt, PROBE_S), max(join.deadline() - time.monotonic(), 0))):
                 raise StopRequested(f"{self.name}: stopped while connecting")
             attempt += 1
         if self._frames is None or self._pending is None:
-            raise self._error(last if last == waiting else f"cannot connect within {self.open_timeout:g} s ({last})")
+            if last == waiting:
+                raise self._error(join.failure())
+            raise self._error(f"cannot connect within {join.wait():.3g} s ({last})")
         first = self._pending
         self._last_frame_at = time.monotonic()
         self._time_to_first = self._last_frame_at - connected
+        self.first_note = join.note(self._last_frame_at)
+        log.info("%s: %s", self.name, self.first_note)  # `live` prints it as a note
         stream = self._container.streams.video[0]  # type: ignore[union-attr]
         rate = stream.average_rate or stream.guessed_rate
         self.info = VideoInfo(first.width, first.height, Fraction(rate or 30), VIDEO_TIME_BASE)
@@ -276,7 +310,7 @@ class RtspSource:
 
     def _reconnect(self, why: str) -> bool:
         """After a loss: ask the server every 0.1-0.5 s whether it is back (PROBE_S), and
-        connect as soon as it answers, waiting for its first picture up to `open_timeout`;
+        connect as soon as it answers, waiting for its first picture as `open()` does;
         False when stopped meanwhile, a SourceError after `give_up_after` seconds."""
         self._disconnect()
         self._lost_since = self._last_frame_at or time.monotonic()
@@ -293,7 +327,7 @@ class RtspSource:
             try:
                 if not self._ask_server(PROBE_TIMEOUT_S).startswith(b"RTSP/"):
                     continue
-                self._connect(self.open_timeout)
+                self._connect(Join(time.monotonic(), self.open_timeout, self.gop_s))
             except Cancelled:
                 return False
             except TimeoutError:
@@ -389,6 +423,9 @@ class RtspSource:
                                   "reconnects": self.reconnects, "outage_s": round(outage, 3)}
         if self._time_to_first is not None:
             out["first_picture_s"] = round(self._time_to_first, 3)
+            out["first_picture"] = self.first_note
+        if self.gop_s is not None:
+            out["keyframe_interval_s"] = round(self.gop_s, 3)
         if self.audio.format is not None:
             out["audio_frames"] = self.audio.frames
         return out
