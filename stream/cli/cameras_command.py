@@ -7,9 +7,7 @@ says whether a committed render is still the list's."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ import yaml
 
 from stream.cli.parser import CliError
 from stream.config import preset_names
+from stream.media.atomic import write_bytes
 
 LIST_KEYS = ("defaults", "cameras")
 DEFAULT_KEYS = ("source", "preset", "args")
@@ -278,17 +277,10 @@ def render(cameras: list[Camera], options: RenderOptions, list_name: str) -> str
 
 
 def _write(path: Path, text: str) -> None:
-    """Write `text` to `path` whole or not at all."""
+    """Write `text` to `path` whole or not at all (stream.media.atomic)."""
     if not path.parent.is_dir():
         raise CliError(f"cameras: -o {path}: no such folder {path.parent}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes(path, memoryview(text.encode("utf-8")))
 
 
 def cmd_cameras(args: argparse.Namespace) -> int:
