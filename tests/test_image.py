@@ -29,6 +29,7 @@ import pytest
 from tests.fixtures import BLANK_FRAMES, CLIP_FRAMES, FACE_FRAMES, Identity, probe
 from tests.fixtures.clips import window_frame
 from tests.fixtures.rtsp import Publisher, Reader, Relay, free_port, require_relay
+from tests.fixtures.scrape import get, samples
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = os.environ.get("FACESTREAM_IMAGE", "localhost/facestream:latest")
@@ -184,12 +185,8 @@ def logs(container: str) -> str:
 
 def frames_in(base: str) -> float:
     """facestream_frames_in_total from a scrape of `base`/metrics, over every stream label."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(sample.value for family in text_string_to_metric_families(text)
-               for sample in family.samples if sample.name == "facestream_frames_in_total")
+    return sum(v for (name, _labels), v in samples(get(f"{base}/metrics", timeout=5)[1]).items()
+               if name == "facestream_frames_in_total")
 
 
 @pytest.mark.usefixtures("loopback_ice")

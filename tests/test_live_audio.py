@@ -20,7 +20,7 @@ import pytest
 
 from stream.cli.main import main
 from tests.fixtures import FlashBeepPublisher, SyncDetector, read_rtsp_sync
-from tests.fixtures.rtsp import Relay, free_port, require_relay
+from tests.fixtures.rtsp import Relay, running_relay
 from tests.fixtures.serving import live_whep_process
 
 pytestmark = pytest.mark.slow  # live runs whose sound and pictures are timed for seconds
@@ -31,11 +31,8 @@ BOUND_S = FRAME_S + 0.017
 
 @pytest.fixture
 def relay() -> Relay:
-    require_relay()
-    server = Relay(free_port(), ["cam", "out"], ("--audio",))
-    server.start()
-    yield server
-    server.stop()
+    with running_relay(["cam", "out"], ("--audio",)) as server:
+        yield server
 
 
 def _whep_sync(url: str, seconds: float, while_listening=None):  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ import pytest
 
 from stream.cli.main import main
 from tests.fixtures import Identity
-from tests.fixtures.rtsp import Publisher, Reader, Relay, free_port, require_relay
+from tests.fixtures.rtsp import Publisher, Reader, Relay, running_relay
 
 pytestmark = pytest.mark.slow  # RTSP in and out through a real server
 
@@ -29,11 +29,8 @@ def face_frames() -> list[np.ndarray]:
 
 @pytest.fixture
 def relay() -> Relay:
-    require_relay()
-    server = Relay(free_port(), ["cam", "out"])
-    server.start()
-    yield server
-    server.stop()
+    with running_relay(["cam", "out"]) as server:
+        yield server
 
 
 def _swapped_frames(frames: list[np.ndarray], originals: list[np.ndarray], source_photo: Path) -> int:

@@ -12,40 +12,25 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from stream.media.demo_clips import astronaut, pan_zoom_frames
 from stream.ops.drain import StopDeadline
 from stream.server.client import PacedTrack
 from stream.server.whip_client import SignallingError, whip_publish
 from tests.fixtures import probe
+from tests.fixtures.scrape import get, samples
 from tests.fixtures.serving import serve_process
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = ["127.0.0.1"]
 POLL_S = 0.05
 PATIENCE_S = 30.0  # bounds a wait that should end long before; nothing is asserted of time
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def _figures(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def _until(check: Any) -> Any:
@@ -73,15 +58,15 @@ def test_sigterm_drains_serve(source_photo: Path, pictures: list[np.ndarray]) ->
             track = await asyncio.wait_for(call.remote, 30)
             for _ in range(5):
                 await asyncio.wait_for(track.recv(), 30)
-            assert (await asyncio.to_thread(_get, f"{url}readyz"))[0] == 200
+            assert (await asyncio.to_thread(get, f"{url}readyz"))[0] == 200
             proc.send_signal(signal.SIGTERM)
             status, said = await asyncio.to_thread(_until, lambda: (lambda r: r if r[0] == 503 else None)(
-                _get(f"{url}readyz")))
+                get(f"{url}readyz")))
             proc.send_signal(signal.SIGTERM)  # a preStop hook's TERM, then the kubelet's: still one drain
             with pytest.raises(SignallingError) as refused:
                 await whip_publish(f"{url}whip", PacedTrack(pictures), ice_addresses=LOOPBACK)
             assert refused.value.status == 503 and "draining" in str(refused.value)
-            metrics = _figures((await asyncio.to_thread(_get, f"{url}metrics"))[1])
+            metrics = samples((await asyncio.to_thread(get, f"{url}metrics"))[1])
             assert metrics[("facestream_draining", (("stream", "edge-1"),))] == 1
             assert metrics[("facestream_refusals_total", (("reason", "draining"), ("stream", "edge-1")))] == 1
             assert metrics[("facestream_sessions", (("stream", "edge-1"),))] == 1  # still served while draining
@@ -156,17 +141,17 @@ def test_live_serves_its_probes_and_figures_and_stops_on_sigterm(
     ops = _until(lambda: err.find(r"^ops: (\S+)/healthz, \S+/readyz, (\S+)/metrics"))
     assert ops, "".join(err.lines)
     health, scrape = ops.group(1), ops.group(2)
-    assert _get(f"{health}/healthz") == (200, "ok\n")
+    assert get(f"{health}/healthz") == (200, "ok\n")
     assert _until(lambda: err.find(r"^in .* fps")), "".join(err.lines)  # the pipeline runs
-    assert _get(f"{health}/readyz") == (200, "ready\n")
-    first = _figures(_get(f"{scrape}/metrics")[1])
+    assert get(f"{health}/readyz") == (200, "ready\n")
+    first = samples(get(f"{scrape}/metrics")[1])
     label = (("stream", "door-cam"),)
     assert first[("facestream_sessions", label)] == 1
     assert first[("facestream_ready", label)] == 1
     assert first[("facestream_sessions_started_total", label)] == 1
     second = _until(lambda: (lambda f: f if f[("facestream_frames_out_total", label)]
                              > first[("facestream_frames_out_total", label)] else None)(
-        _figures(_get(f"{scrape}/metrics")[1])))
+        samples(get(f"{scrape}/metrics")[1])))
     assert second, "frames out never rose"
     assert second[("facestream_latency_seconds_count", label)] > 0
     assert second[("facestream_frames_in_total", label)] >= second[("facestream_frames_out_total", label)]

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +14,6 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from stream.cli.main import main
 from stream.job.swap_job import SwapJob
@@ -29,24 +26,12 @@ from stream.runtime.metrics import Metrics
 from stream.server.app import FaceServer
 from stream.server.client import PacedTrack
 from stream.server.whip_client import SignallingError, whip_publish
+from tests.fixtures.scrape import get, samples, value
 from tests.fixtures.serving import serve, shared_serve_job
 
 LOOPBACK = ["127.0.0.1"]
 TOKEN = "ops-test-token-0123456789"
 STAGES = {"decode", "analyse", "swap", "composite", "encode"}
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a scrape: (name, sorted labels) -> value."""
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def value(got: dict[Any, float], name: str, **labels: str) -> float:
-    return got[(name, tuple(sorted(labels.items())))]
 
 
 # -- the pieces, without a server -------------------------------------------------------------
@@ -130,14 +115,6 @@ def registry_text(figures: StreamMetrics) -> str:
     return generate_latest(registry_of(figures)).decode()
 
 
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
 def test_live_ops_server_answers_and_leaves_no_thread() -> None:
     threads = threading.active_count()
     readiness = LiveReadiness()
@@ -148,13 +125,13 @@ def test_live_ops_server_answers_and_leaves_no_thread() -> None:
     server.start()
     try:
         health, ready, scrape = server.urls()
-        assert _get(health) == (200, "ok\n")
-        assert _get(ready)[0] == 503 and "starting" in _get(ready)[1]
+        assert get(health) == (200, "ok\n")
+        assert get(ready)[0] == 503 and "starting" in get(ready)[1]
         readiness.watch(_fake_pipeline(Metrics()))
-        assert _get(ready) == (200, "ready\n")
-        assert value(samples(_get(scrape)[1]), "facestream_ready", stream="cam") == 1
+        assert get(ready) == (200, "ready\n")
+        assert value(samples(get(scrape)[1]), "facestream_ready", stream="cam") == 1
         base = health.rsplit("/", 1)[0]
-        assert _get(base + "/metrics")[0] == 404  # each port serves its own paths only
+        assert get(base + "/metrics")[0] == 404  # each port serves its own paths only
     finally:
         server.stop()
     assert threading.active_count() == threads

@@ -19,7 +19,7 @@ from stream.errors import SourceError
 from stream.media.demo_clips import astronaut, pan_zoom_frames
 from stream.sources.capture import WebcamSource
 from stream.sources.rtsp import RtspSource
-from tests.fixtures.rtsp import Publisher, Relay, free_port, require_relay
+from tests.fixtures.rtsp import Publisher, Relay, running_relay
 
 pytestmark = pytest.mark.slow  # real RTSP servers, restarted and waited on
 
@@ -33,11 +33,8 @@ def frames() -> list[np.ndarray]:
 
 @pytest.fixture
 def relay() -> Iterator[Relay]:
-    require_relay()
-    server = Relay(free_port(), ["cam"])
-    server.start()
-    yield server
-    server.stop()
+    with running_relay(["cam"]) as server:
+        yield server
 
 
 def just_after_a_keyframe(publisher: Publisher, gop: int, after: int = 3) -> None:

@@ -30,7 +30,7 @@ from stream.media.backoff import PROBE_S, backoff_delay
 from stream.runtime.slot import Slot
 from stream.sinks.rtsp import RtspSink
 from stream.sources.rtsp import PROBE_TIMEOUT_S, RtspSource
-from tests.fixtures.rtsp import Publisher, Reader, Relay, free_port, require_relay
+from tests.fixtures.rtsp import Publisher, Reader, Relay, free_port, require_relay, running_relay
 from tests.fixtures.silent_server import SilentServer
 
 pytestmark = pytest.mark.slow  # RTSP servers that stall, restart or never answer, waited out
@@ -51,20 +51,14 @@ def assert_ours(text: str) -> None:
 
 @pytest.fixture
 def relay() -> Iterator[Relay]:
-    require_relay()
-    server = Relay(free_port(), ["cam", "out"])
-    server.start()
-    yield server
-    server.stop()
+    with running_relay(["cam", "out"]) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def shared_relay() -> Iterator[Relay]:
-    require_relay()
-    server = Relay(free_port(), ["cam", "out"])
-    server.start()
-    yield server
-    server.stop()
+    with running_relay(["cam", "out"]) as server:
+        yield server
 
 
 @pytest.fixture

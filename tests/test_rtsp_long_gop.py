@@ -14,7 +14,7 @@ import pytest
 from stream.media.demo_clips import astronaut, pan_zoom_frames
 from stream.media.rtsp import MAX_GOP_S, Join, first_picture_wait
 from stream.sources.rtsp import RtspSource
-from tests.fixtures.rtsp import Publisher, Relay, free_port, require_relay
+from tests.fixtures.rtsp import Publisher, Relay, running_relay
 
 FPS = 30
 GOP = 10 * FPS  # a keyframe every 10 s
@@ -76,11 +76,8 @@ def test_the_note_says_how_long_the_first_picture_took_and_why() -> None:
 
 @pytest.fixture
 def relay() -> Iterator[Relay]:
-    require_relay()
-    server = Relay(free_port(), ["cam"])
-    server.start()
-    yield server
-    server.stop()
+    with running_relay(["cam"]) as server:
+        yield server
 
 
 @pytest.fixture
