@@ -172,9 +172,12 @@ class SelectConfig:
 
 @dataclass
 class EncodeConfig:
-    """The H.264 encoder of file outputs."""
+    """The encoder of file outputs."""
 
-    codec: str = "libx264"
+    # auto: H.264 (libx264) for 8-bit inputs; HEVC Main10 (libx265) for 10-bit ones, which keep
+    # their bit depth, colour tags and HDR10 metadata (stream/media/dynamic_range.py). An encoder
+    # that writes 8 bits gets HDR inputs tone-mapped to BT.709 SDR.
+    codec: str = "auto"
     preset: str = "veryfast"
     crf: int = 20
     # x264's threads. 0: auto, one for a picture up to 720p on a machine of 4 cores or fewer
@@ -189,8 +192,12 @@ class EncodeConfig:
     # 0.591, 48% larger). (Those runs asked for 2.5, 4 and 6 steps on a scale off by 2.04x:
     # FFmpeg's encoders multiply a region's qoffset by 51, not 25. stream/media/face_roi.py.)
     face_qp: float = 8.0
+    # HDR inputs (PQ, HLG) tone-mapped to BT.709 SDR 8-bit (Hable on linear light) rather than
+    # kept 10-bit. Live outputs are SDR: there HDR inputs are always tone-mapped.
+    tone_map: bool = False
 
     def __post_init__(self) -> None:
+        _check(bool(self.codec), "encode.codec must name an encoder (or auto)")
         _check(0 <= self.crf <= 51, f"encode.crf must be in [0, 51], got {self.crf}")
         _check(0.0 <= self.face_qp <= 25.0, f"encode.face_qp must be in [0, 25], got {self.face_qp}")
         _check(self.threads >= 0, f"encode.threads must be >= 0, got {self.threads}")

@@ -171,6 +171,8 @@ def _run_live(args: argparse.Namespace, config: Any, width: int | None, height: 
             info, live_sink = open_live(source, sinks_for)
             if getattr(source, "first_note", None):  # an RTSP camera: how long its first picture took, and why
                 job.notes.append(f"{source.name}: {source.first_note}")
+            if getattr(source, "range_note", None):  # an HDR camera: tone-mapped for the SDR outputs
+                job.notes.append(f"{source.name}: {source.range_note}")
             for note in job.notes:
                 print(f"note: {note}")
             job.notes.clear()

@@ -11,6 +11,7 @@ from engines.models.enhancers import ENHANCER_NAMES
 from engines.models.masks import AREAS, MASK_TYPES, REGIONS
 from engines.models.swappers import SWAPPER_NAMES
 from stream.config import BLENDS, ENGINE_NAMES, SELECT_MODES, Config, load_config, preset_names
+from stream.media.dynamic_range import CODECS as FILE_CODECS
 from stream.server import (
     CODECS,
     HEADER_TIMEOUT_S,
@@ -61,7 +62,8 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
     if server:  # every browser brings its own faces: no reference photos here
         g.add_argument("--select", choices=SERVER_SELECT_MODES,
                        help="which faces of each camera to swap: all (default) or the largest")
-        p.set_defaults(reference=None, mapping=[], x264_preset=None, crf=None, serial=False, stats_json=None)
+        p.set_defaults(reference=None, mapping=[], x264_preset=None, crf=None, serial=False, stats_json=None,
+                       file_codec=None, tone_map=None)
     else:
         _add_selection_options(g)
     g.add_argument("--blend", choices=BLENDS, help="feather: soft alpha edge (fast); poisson: seamless clone")
@@ -105,6 +107,14 @@ def _add_run_options(p: argparse.ArgumentParser, server: bool = False) -> None:
     if not server:
         g.add_argument("--x264-preset", metavar="PRESET", help="libx264 preset of the output (ultrafast ... veryslow)")
         g.add_argument("--crf", type=int, help="libx264 quality, 0-51 (lower is better; default 20)")
+        g.add_argument("--codec", dest="file_codec", choices=FILE_CODECS,
+                       help="the video encoder of file outputs (encode.codec): auto (default) writes H.264 for "
+                            "8-bit inputs and HEVC Main10 for 10-bit ones, which keep their bit depth, colour "
+                            "tags and HDR10 metadata; libx264 writes 8 bits (HDR inputs are then tone-mapped)")
+        g.add_argument("--tone-map", action="store_true", default=None,
+                       help="HDR inputs (PQ, HLG) become BT.709 SDR 8-bit (a Hable tone map on linear light), "
+                            "tagged BT.709 (encode.tone_map); without it a 10-bit HDR file stays HDR. Live "
+                            "outputs are SDR and always tone-map")
         g.add_argument("--serial", action="store_true",
                        help="run every stage on one thread (for comparison; staged threads are the default)")
         o.add_argument("--stats-json", metavar="PATH", help="also write the run's figures as JSON")
@@ -315,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--enhance", action="store_true", help="plan with the GFPGAN enhancer on")
     dg.add_argument("--max-vram", metavar="SIZE", help="plan for at most SIZE of device memory (e.g. 1.5G)")
     doctor.set_defaults(engine=None, select=None, blend=None, detect_every=None, max_faces=None, x264_preset=None,
+                        file_codec=None, tone_map=None,
                         crf=None, enhance_every=None, reference=None, mapping=[], serial=False)
     models = sub.add_parser(
         "models", help="list the standard model files (found or missing, licence), or fetch them",
@@ -465,6 +476,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "engine": args.engine, "select.mode": args.select, "swap.blend": args.blend,
         "detect.every": args.detect_every, "pipeline.max_faces": args.max_faces,
         "encode.preset": args.x264_preset, "encode.crf": args.crf, "models.dir": args.models_dir,
+        "encode.codec": getattr(args, "file_codec", None), "encode.tone_map": getattr(args, "tone_map", None),
         "models.swapper": getattr(args, "swapper", None), "models.pixel_boost": getattr(args, "pixel_boost", None),
         "mask.types": getattr(args, "mask", None), "mask.areas": getattr(args, "mask_areas", None),
         "mask.regions": getattr(args, "mask_regions", None),

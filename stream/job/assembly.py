@@ -71,26 +71,29 @@ def swap_cadence(config: Config, engines: EngineSet, live: bool) -> int | None:
     return int(every)
 
 
-def frame_slots(shape: tuple[int, int], depth: int, stages: int) -> int:
+def frame_slots(shape: tuple[int, int], depth: int, stages: int, bytes_per_pixel: int = 3) -> int:
     """Slots of the frame ring. Frames stay in their ring-A slot until encoded, so A holds
     its own queue plus everything downstream (each later ring, and one frame in each
     stage's hands), capped at FRAME_RING_BYTES of pictures: with fewer slots decode simply
     waits sooner; every stage still has work."""
     h, w = shape
     wanted = depth + stages * depth + stages + 1
-    return max(stages + 2, min(wanted, FRAME_RING_BYTES // (h * w * 3)))
+    return max(stages + 2, min(wanted, FRAME_RING_BYTES // (h * w * bytes_per_pixel)))
 
 
 def assemble(config: Config, engines: EngineSet, faces: Sequence[object], references: list[np.ndarray],
              shape: tuple[int, int], source: Source, sink: Sink, *, live: bool, allocator: Allocator,
              enhancer: Enhancer | None = None, metrics: Metrics | None = None,
-             on_frame: Callable[[Slot], None] | None = None) -> Pipeline:
+             on_frame: Callable[[Slot], None] | None = None,
+             frame_buffers: dict[str, tuple[tuple[int, ...], type]] | None = None) -> Pipeline:
     """Rings, stages and runner for one input of `shape` (height, width).
 
     Files: every ring blocks (every frame, in order). Live: frames are dropped at the entry
     only (ring A keeps the newest `live_ring_depth` unread), before any model has worked on
     them; a frame let in goes through every stage, the later rings blocking, so no stage's
     work is thrown away and at most `live_ring_depth` frames wait between two stages.
+    `frame_buffers`: what else a frame's ring-A slot holds beside its picture (the source's
+    `frame_buffers`: a 10-bit input's own planes).
     """
     metrics = metrics or Metrics()
     # The detector's points align faces only on the frame they were found in: in line then.
@@ -119,13 +122,14 @@ def assemble(config: Config, engines: EngineSet, faces: Sequence[object], refere
     composite = CompositeWorker(swapper, metrics, enhancer)
     workers: list[Worker] = [analyse, swap, composite]
     depth = config.pipeline.live_ring_depth if live else config.pipeline.ring_depth
-    slots = frame_slots(shape, depth, len(workers))
     h, w = shape
+    spec = {"image": ((h, w, 3), np.uint8), **(frame_buffers or {})}
+    per_pixel = sum(int(np.prod(s)) * np.dtype(t).itemsize for s, t in spec.values()) // (h * w)
+    slots = frame_slots(shape, depth, len(workers), max(3, per_pixel))
     if live:
-        entry = Ring("A", slots, {"image": ((h, w, 3), np.uint8)}, policy=Policy.DROP_OLDEST,
-                     max_ready=depth, allocator=allocator)
+        entry = Ring("A", slots, spec, policy=Policy.DROP_OLDEST, max_ready=depth, allocator=allocator)
     else:
-        entry = Ring("A", slots, {"image": ((h, w, 3), np.uint8)}, policy=Policy.BLOCK, allocator=allocator)
+        entry = Ring("A", slots, spec, policy=Policy.BLOCK, allocator=allocator)
     batch = swapper.batch_spec(config.pipeline.max_faces)  # the selector's cap per frame
     rings = [entry,
              Ring("B", depth, batch.inputs, policy=Policy.BLOCK, allocator=allocator),

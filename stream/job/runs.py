@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from stream.errors import SinkError, SourceError
@@ -12,6 +13,7 @@ from stream.job.report import JobResult, Written, run_and_report
 from stream.job.status import StatusLine, sink_report
 from stream.job.swap_job import SwapJob
 from stream.media.close import close_quietly
+from stream.media.dynamic_range import DEEP, plan_file
 from stream.media.image_io import read_picture
 from stream.media.probe import probe_video
 from stream.media.video_info import VideoInfo
@@ -31,7 +33,8 @@ def _assemble(job: SwapJob, shape: tuple[int, int], source: Source, sink: Sink, 
               on_frame: Callable[[Slot], None] | None = None, metrics: Metrics | None = None) -> Pipeline:
     return assemble(job.config, job.models, job.prepared if faces is None else faces,
                     job.reference_embeddings, shape, source, sink, live=live, allocator=job.allocator,
-                    enhancer=job.enhancer, metrics=metrics or Metrics(), on_frame=on_frame)
+                    enhancer=job.enhancer, metrics=metrics or Metrics(), on_frame=on_frame,
+                    frame_buffers=getattr(source, "frame_buffers", None))
 
 
 def run_video(job: SwapJob, input_path: str, output_path: str,
@@ -45,7 +48,11 @@ def run_video(job: SwapJob, input_path: str, output_path: str,
     frames written so far are. The output is read back before the run counts as done."""
     source = FileSource(input_path)
     info = source.open()
-    sink = FileSink(output_path, info, job.config.encode, audio_from=input_path, overwrite=overwrite)
+    encode = job.config.encode
+    plan = plan_file(info.dynamic, encode.codec, encode.tone_map, even=info.width % 2 == 0 and info.height % 2 == 0)
+    info = source.set_range(plan.mode)
+    sink = FileSink(output_path, info, replace(encode, codec=plan.codec), audio_from=input_path,
+                    overwrite=overwrite, deep=plan.mode == DEEP)
     try:
         sink.open()
     except BaseException:
@@ -62,7 +69,9 @@ def run_video(job: SwapJob, input_path: str, output_path: str,
     try:
         result = run_and_report(job, pipeline, output_path, {"input": str(input_path), "video": {
             "width": info.width, "height": info.height, "fps": float(info.rate), "rotation": info.rotation,
-            "frames_expected": info.frames, "has_audio": info.has_audio}}, job.config.pipeline.staged)
+            "frames_expected": info.frames, "has_audio": info.has_audio},
+            "dynamic_range": {"input": info.dynamic.describe(), "output": plan.mode, "codec": plan.codec}},
+            job.config.pipeline.staged)
     finally:
         if written is not None:
             written.path, written.frames = sink.kept, sink.frames_written
@@ -77,6 +86,7 @@ def run_video(job: SwapJob, input_path: str, output_path: str,
     if source.pts_repaired:
         result.notes.append(f"{source.pts_repaired} frame(s) had no increasing timestamp (B-frames in a "
                             "container without presentation times): timed by their order")
+    result.notes.extend(plan.notes)
     result.notes.extend(sink.notes)
     if sink.replaced:
         result.notes.append(f"replaced the existing {output_path}")

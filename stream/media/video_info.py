@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from stream.media.convert import ColourTags
+from stream.media.hdr import Dynamic
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,9 @@ class VideoInfo:
     (0.0 when unknown); `has_audio` says whether the container holds an audio stream.
     `rotation` is what the source turned its stored frames by (counter-clockwise degrees,
     from the file's display matrix) so they are upright: `width` and `height` are the
-    upright picture's. `colour` holds the input's colour tags, which a file output keeps.
+    upright picture's. `colour` holds the tags of the pictures the source gives (the input's,
+    or BT.709 where it tone-maps), which a file output writes; `dynamic` the input's bit
+    depth, transfer and HDR10 metadata (stream.media.dynamic_range decides what becomes of them).
     """
 
     width: int
@@ -28,7 +31,8 @@ class VideoInfo:
     duration: float = 0.0
     has_audio: bool = False
     rotation: int = 0
-    colour: ColourTags = field(default_factory=ColourTags)  # the input's matrix, range, primaries, transfer
+    colour: ColourTags = field(default_factory=ColourTags)  # the pictures' matrix, range, primaries, transfer
+    dynamic: Dynamic = field(default_factory=Dynamic)
 
     @property
     def frame_duration(self) -> Fraction:

@@ -1,5 +1,6 @@
-"""A video file as a sink: H.264 with PyAV, the input's timing and other streams kept, the
-file written under a hidden name and renamed onto the output once it is finalised."""
+"""A video file as a sink: H.264 with PyAV (HEVC Main10 for a 10-bit input), the input's
+timing and other streams kept, the file written under a hidden name and renamed onto the
+output once it is finalised."""
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,11 @@ from stream.errors import SinkError, reason_of
 from stream.media.atomic import commit, discard, partial_path
 from stream.media.audio_delay import AudioDelay
 from stream.media.close import close_quietly
-from stream.media.convert import YuvFramer, apply_tags
+from stream.media.convert import RANGE_JPEG, ColourTags, YuvFramer, apply_tags
+from stream.media.deep import DeepFramer
+from stream.media.dynamic_range import resolve_codec
 from stream.media.face_roi import FaceRegions
+from stream.media.hdr import encoder_hdr_options
 from stream.media.video_info import VideoInfo
 from stream.runtime.cores import codec_threads
 from stream.runtime.slot import Slot
@@ -29,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # Encoders that understand x264-style rate control; others only get the preset.
 _CRF_CODECS = {"libx264", "libx265"}
+# HEVC in mp4/mov as "hvc1" (parameter sets in the sample description), which Apple's players
+# need; FFmpeg's default "hev1" plays elsewhere only.
+_HVC1_SUFFIXES = {".mp4", ".mov", ".m4v"}
 # Containers that index frames rather than time them: their time base must be one frame,
 # or the header's frame rate is the time base's (AVI claimed 600 fps with a 1/600 base).
 _FRAME_INDEXED = {".avi"}
@@ -55,6 +62,12 @@ class FileSink:
     frame written, so the sound stays with the pictures. `live_audio` (with constant_rate):
     a live source's sound (an RTSP camera's) through its delay line, encoded at the
     capture times it was stamped with.
+
+    `deep` (a 10-bit 4:2:0 input kept 10-bit, see stream.media.deep): each slot's frame
+    also holds the input's planes ("deep") and the picture the stages were given
+    ("before"); the output is yuv420p10le in `encode.codec`, with the input's colour tags and
+    HDR10 metadata (`info.dynamic`), and holds the input's samples wherever the swap changed
+    nothing.
     """
 
     def __init__(
@@ -66,8 +79,12 @@ class FileSink:
         overwrite: bool = True,
         constant_rate: bool = False,
         live_audio: AudioDelay | None = None,
+        deep: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.codec = resolve_codec(encode.codec)
+        self.deep = deep
+        self._deep_framer: DeepFramer | None = None
         self.info = info
         self.encode = encode
         self.audio_from = Path(audio_from) if audio_from is not None else None
@@ -93,7 +110,7 @@ class FileSink:
         self._time_base = info.frame_duration if (self._frame_indexed or constant_rate) else info.time_base
         self._held: av.VideoFrame | None = None  # constant_rate: the last picture encoded
         # The swapped faces get finer quantisation (encode.face_qp), where the encoder can.
-        self._faces = FaceRegions(str(self.path), encode.codec, encode.preset, encode.face_qp,
+        self._faces = FaceRegions(str(self.path), self.codec, encode.preset, encode.face_qp,
                                   self.width, self.height, self._time_base)
         # Packets wait (in decode order) until the pts of the frame after theirs is known,
         # so each gets its true duration: mp4 ends the track at max(pts + duration), and
@@ -139,7 +156,7 @@ class FileSink:
             output.start_encoding()
         except (av.FFmpegError, OSError, ValueError, TypeError) as exc:
             self._abandon(output)
-            raise self._error(f"cannot be written with {self.encode.codec} "
+            raise self._error(f"cannot be written with {self.codec} "
                               f"({reason_of(exc)})") from exc
         except BaseException:  # SourceError, Ctrl-C, SIGTERM: no partial file stays behind
             self._abandon(output)
@@ -156,8 +173,12 @@ class FileSink:
     def _setup(self, output: av.container.OutputContainer) -> None:
         info, enc = self.info, self.encode
         rate = info.rate if info.rate > 0 else Fraction(30)
-        video = output.add_stream(enc.codec, rate=rate)
-        video.width, video.height, video.pix_fmt = self.width, self.height, "yuv420p"
+        video = output.add_stream(self.codec, rate=rate)
+        video.width, video.height = self.width, self.height
+        video.pix_fmt = "yuv420p10le" if self.deep else "yuv420p"
+        if self.deep and (self.width, self.height) != (info.width, info.height):
+            raise ValueError(f"a 10-bit output keeps the input's {info.width}x{info.height} as it is: "
+                             "its size must be even")
         if (self.width, self.height) != (info.width, info.height):
             # 4:2:0 chroma is subsampled by two both ways: x264 refuses odd sizes.
             self._padded = np.empty((self.height, self.width, 3), np.uint8)
@@ -170,10 +191,21 @@ class FileSink:
         video.codec_context.thread_count = codec_threads(enc.threads, self.width * self.height)
         # The input's colour tags on the output, and the matching conversion: BT.709 and
         # full-range inputs come back as they were outside the faces (untagged stays untagged).
-        apply_tags(video.codec_context, info.colour)
+        dynamic = info.dynamic
+        if self.deep:  # the input's own tags, matrix included: the samples are its own
+            apply_tags(video.codec_context, ColourTags(dynamic.colorspace, dynamic.color_range,
+                                                       dynamic.primaries, dynamic.transfer))
+        else:
+            apply_tags(video.codec_context, info.colour)
+        if self.codec == "libx265" and self.path.suffix.lower() in _HVC1_SUFFIXES:
+            video.codec_context.codec_tag = "hvc1"
         options = {"preset": enc.preset}
-        if enc.codec in _CRF_CODECS:
+        if self.codec in _CRF_CODECS:
             options["crf"] = str(enc.crf)
+        if self.deep:
+            options.update(encoder_hdr_options(self.codec, dynamic))
+        if self.codec == "libx265":  # x265 prints its settings on stderr unless told not to
+            options["x265-params"] = ":".join(p for p in ("log-level=error", options.get("x265-params")) if p)
         video.options = options
         self._video = video
         if self.audio_from is not None:
@@ -185,6 +217,9 @@ class FileSink:
         elif self.live_audio is not None:
             self._sound = LiveSound(self.live_audio, output, self.path.suffix)
         self._framer = YuvFramer(self.width, self.height, info.colour.matrix, info.colour.full_range)
+        if self.deep:
+            self._deep_framer = DeepFramer(self.width, self.height, dynamic.colorspace,
+                                           dynamic.color_range == RANGE_JPEG)
 
     def write(self, slot: Slot) -> None:
         """Encode `slot.image` (H, W, 3 uint8 BGR) with pts `slot.pts` in `slot.time_base`."""
@@ -278,7 +313,12 @@ class FileSink:
 
     def _to_frame(self, image: np.ndarray, slot: Slot) -> av.VideoFrame:
         assert self._framer is not None
-        return self._faces.attach(self._framer(image), slot.payload)
+        if self._deep_framer is not None:
+            buffers = (slot.frame or slot).buffers
+            frame = self._deep_framer.fill(image, buffers["before"], buffers["deep"])
+        else:
+            frame = self._framer(image)
+        return self._faces.attach(frame, slot.payload)
 
     def _mux_video(self, packet: av.Packet) -> None:
         self._waiting.append(packet)

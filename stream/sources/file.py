@@ -19,7 +19,11 @@ import cv2
 import numpy as np
 
 from stream.errors import SourceError, reason_of
-from stream.media.convert import colour_tags, convert_into
+from stream.media.convert import ColourTags, colour_tags, convert_into
+from stream.media.deep import deep_buffers, keep_planes
+from stream.media.dynamic_range import AS_IS, DEEP, TONE_MAP
+from stream.media.hdr import dynamic_of
+from stream.media.tone_map import ToneMapper
 from stream.media.video_info import VideoInfo
 from stream.runtime.cores import codec_threads
 from stream.runtime.slot import Slot
@@ -92,6 +96,9 @@ class FileSource:
         self._first_pts = 0
         self._last_pts: int | None = None
         self.pts_repaired = 0  # frames whose pts did not increase and were given one
+        self.range_mode = AS_IS  # see set_range
+        self._mapper: ToneMapper | None = None
+        self.frame_buffers: dict[str, tuple[tuple[int, ...], type]] = {}  # ring A's, beside "image"
 
     def _error(self, what: str) -> SourceError:
         return SourceError(f"video {str(self.path)!r}: {what}")
@@ -139,7 +146,7 @@ class FileSource:
         if rotation in (90, 270):
             info = replace(info, width=info.height, height=info.width)
         colour = colour_tags(self._pending if self._pending is not None else ctx)
-        self.info = replace(info, rotation=rotation, colour=colour)
+        self.info = replace(info, rotation=rotation, colour=colour, dynamic=dynamic_of(self._pending))
         self._turn = _UPRIGHT.get(rotation)
         if self._turn is not None:
             self._stored = np.empty((ctx.height, ctx.width, 3), np.uint8)
@@ -151,6 +158,27 @@ class FileSource:
         if self._pending is not None and self._pending.pts is not None and not self._index_pts:
             self._first_pts = self._pending.pts
         log.debug("opened %s: %s", self.path, self.info)
+        return self.info
+
+    def set_range(self, mode: str) -> VideoInfo:
+        """What becomes of the input's dynamic range (stream.media.dynamic_range's plan),
+        before the first read: AS_IS (8-bit pictures in the input's colours), TONE_MAP (HDR
+        tone-mapped to BT.709 SDR; `info.colour` says BT.709), or DEEP (each frame's 10-bit
+        planes and its 8-bit picture kept in the slot's "deep" and "before" buffers, which
+        `frame_buffers` lists for the ring). The updated info."""
+        if self.info is None or self._stream is None:
+            raise self._error("set_range before open()")
+        ctx = self._stream.codec_context
+        if mode == TONE_MAP:
+            self._mapper = ToneMapper(self.info.dynamic, ctx.width, ctx.height)
+            self.info = replace(self.info, colour=ColourTags.of("bt709"))
+        elif mode == DEEP:
+            if not self.info.dynamic.deep:
+                raise self._error(f"{self.info.dynamic.pix_fmt} cannot be kept at its depth")
+            self.frame_buffers = deep_buffers(self.info.height, self.info.width)
+        elif mode != AS_IS:
+            raise ValueError(f"unknown range mode {mode!r}")
+        self.range_mode = mode
         return self.info
 
     @staticmethod
@@ -200,6 +228,12 @@ class FileSource:
                 f"needs ({self.info.height}, {self.info.width}, 3) uint8"
             )
         self._convert(frame, image)
+        if self.range_mode == DEEP:
+            if frame.format.name != self.info.dynamic.pix_fmt:
+                raise self._error(f"frame {self.frames_read} is {frame.format.name}, the stream began "
+                                  f"{self.info.dynamic.pix_fmt}")
+            keep_planes(frame, slot.buffers["deep"], self._turn)
+            np.copyto(slot.buffers["before"], image)
         slot.seq = self.frames_read
         slot.pts = self._pts_of(frame)
         slot.time_base = self.info.time_base
@@ -243,7 +277,9 @@ class FileSource:
 
     def _convert(self, frame: av.VideoFrame, image: np.ndarray) -> None:
         target = image if self._stored is None else self._stored
-        if convert_into(frame, target, self._i420):
+        if self._mapper is not None:
+            self._mapper(frame, target)
+        elif convert_into(frame, target, self._i420):
             self._fast_frames += 1
         if self._stored is not None and self._turn is not None:
             cv2.rotate(self._stored, self._turn, dst=image)

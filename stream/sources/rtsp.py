@@ -11,16 +11,15 @@ from collections.abc import Iterator
 from fractions import Fraction
 
 import av
-import numpy as np
 
 from stream.errors import SourceError, StopRequested, reason_of
 from stream.media.audio_delay import LIVE_RATE, AudioBus, AudioFormat, live_pieces, live_resampler
 from stream.media.backoff import PROBE_S, backoff_delay
 from stream.media.clock import VIDEO_TIME_BASE, CaptureClock, StreamRate
 from stream.media.close import close_quietly
-from stream.media.convert import convert_into
 from stream.media.interruptible import Cancelled, wait_for_call
 from stream.media.rtsp import Join, has_credentials, reason_after, redacted, refusal_of, server_answer
+from stream.media.sdr_pictures import SdrPictures
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 
@@ -112,7 +111,8 @@ class RtspSource:
         self.rate = StreamRate()  # the stream's own rate, from its timestamps
         self._lost_since: float | None = None
         self._stalled = False
-        self._i420: np.ndarray | None = None  # reused for the YUV -> BGR conversion
+        self._pictures = SdrPictures()  # the YUV -> BGR conversion (HDR: tone-mapped)
+        self.range_note: str | None = None  # an HDR camera: tone-mapped, and how (one line)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.audio = AudioBus()
@@ -306,6 +306,8 @@ class RtspSource:
         stream = self._container.streams.video[0]  # type: ignore[union-attr]
         rate = stream.average_rate or stream.guessed_rate
         self.info = VideoInfo(first.width, first.height, Fraction(rate or 30), VIDEO_TIME_BASE)
+        if self._pictures.prepare(first, first.width, first.height) is not None:
+            self.range_note = self._pictures.note
         return self.info
 
     def _reconnect(self, why: str) -> bool:
@@ -387,9 +389,7 @@ class RtspSource:
             else:
                 self._last_frame_at = time.monotonic()
             image = slot.buffers["image"]
-            if self._i420 is None or self._i420.shape != (image.shape[0] * 3 // 2, image.shape[1]):
-                self._i420 = np.empty((image.shape[0] * 3 // 2, image.shape[1]), np.uint8)
-            convert_into(frame, image, self._i420)  # scales a stream that changed size
+            self._pictures.convert(frame, image)  # scales a stream that changed size
             now = time.monotonic()
             self.rate.frame(frame.time, now)
             self.clock.stamp(slot, now if frame.time is None else self.stream_clock.video(frame.time, now))

@@ -19,14 +19,13 @@ from fractions import Fraction
 from typing import Any
 
 import av
-import numpy as np
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
 from stream.errors import SourceError
 from stream.media.clock import VIDEO_TIME_BASE, CaptureClock
 from stream.media.close import cancel_and_wait
-from stream.media.convert import convert_into
+from stream.media.sdr_pictures import SdrPictures
 from stream.media.video_info import VideoInfo
 from stream.runtime.slot import Slot
 
@@ -53,7 +52,7 @@ class WebRtcSource:
         self._frame: av.VideoFrame | None = None
         self._arrived = 0.0
         self._ended = False
-        self._i420: np.ndarray | None = None
+        self._pictures = SdrPictures()  # the YUV -> BGR conversion (an HDR camera's tone-mapped)
         self.clock = CaptureClock()
         self.wait_s = 0.0  # of the last read: time spent waiting for a frame to arrive
 
@@ -97,10 +96,7 @@ class WebRtcSource:
             self._frame = None
         assert frame is not None
         image = slot.buffers["image"]
-        h, w = image.shape[:2]
-        if self._i420 is None:
-            self._i420 = np.empty((h * 3 // 2, w), np.uint8)
-        convert_into(frame, image, self._i420)
+        self._pictures.convert(frame, image)
         self.clock.stamp(slot, arrived)
         return True
 
