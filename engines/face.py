@@ -66,7 +66,8 @@ class Face:
     `optional_steps`; a live run that falls behind sheds them). `memo`: the track's own store,
     the same dict on each of its frames (None: a face without a track, a photo's), where the
     composite keeps what need not be measured anew each frame; only the composite stage
-    writes it."""
+    writes it, but for the classical swapper's choice among several source views, written
+    under its own key where the frame's faces are prepared (engines.classic.source_views)."""
 
     box: Box
     landmarks: Landmarks68

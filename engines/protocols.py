@@ -157,6 +157,12 @@ class Swapper(Protocol):
         """Everything about a source face that does not depend on the target (once per source)."""
         ...
 
+    def prepare_views(self, views: Sequence[tuple[ImageBGR, Landmarks68]]) -> object:
+        """One source person from several photos (image, points each): what `prepare_source`
+        gives for one, made from them all (the neural swappers: the mean identity; the
+        classical one: every view, each target face warped from the nearest)."""
+        ...
+
     # A prepared source is the swapper's own (opaque) type: `Any` lets each swapper name its own.
     def forward(self, frame: ImageBGR, face: Face, source: Any) -> SwapResult | None:
         """The source warped onto the target face, over the face's region only."""

@@ -360,3 +360,35 @@ def test_the_page_sends_the_microphone_and_plays_its_sound_back(loopback_ice: No
     assert heard["sent"] > 0 and heard["heard"]["packets"] > 0 and heard["heard"]["energy"] > 0, heard
     (state,) = sound
     assert state is not None and state["received"] > 0 and state["sent"] > 0, state
+
+
+def test_several_photos_of_one_person_are_one_face_on_the_page(fake_camera: Path, shared_job: SwapJob,
+                                                               tmp_path: Path) -> None:
+    """The upload button takes several photos at once: one face, made from those of one
+    person; the page says which photo it left out."""
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    from tools.quality.clips import ASTRONAUT_FACE, t1_source
+    from tools.quality.head_turn import turn_head
+
+    photos = []
+    for name, picture in (("front.png", astronaut()), ("left.png", turn_head(astronaut(), ASTRONAUT_FACE, -25)),
+                          ("right.png", turn_head(astronaut(), ASTRONAUT_FACE, 25)), ("someone.png", t1_source())):
+        cv2.imwrite(str(tmp_path / name), picture)
+        photos.append(str(tmp_path / name))
+    with ServerThread(shared_job) as srv, sync_playwright() as pw:
+        browser = launch(pw, fake_camera)
+        try:
+            page, errors = open_page(browser, srv.url)
+            before = page.locator("#faces img").count()
+            page.set_input_files("#upload", photos)
+            page.wait_for_function("document.getElementById('message').textContent.includes('photos of one')",
+                                   timeout=30_000)
+            message = page.inner_text("#message")
+            shown = page.locator("#faces img").count()
+            assert not errors, errors
+        finally:
+            browser.close()
+    assert message.startswith("front.png +2: 3 photos of one person; left out someone.png ("), message
+    assert shown == before + 1

@@ -179,7 +179,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--label", help="the config name shown in the table (default: the output's file name)")
     p.add_argument("--suite", action="store_true", help="make the clip set, swap it in each config, measure")
     p.add_argument("--clips", help=f"suite: comma-separated clip names (default all: {', '.join(SCENES)})")
-    p.add_argument("--configs", default=",".join(CONFIGS), help="suite: configs to run (default %(default)s)")
+    p.add_argument("--configs", help=f"suite: configs to run (default {','.join(CONFIGS)})")
     p.add_argument("--engine", choices=("auto", "dlib", "neural"),
                    help="suite: facestream swap's --engine (default: its own, auto)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
@@ -191,6 +191,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stand-in", nargs="?", const="neural", choices=("neural", "identity"),
                    help="suite, with --swap-every: the neural engine on synthetic stand-in models in this "
                         "process instead of facestream swap (PSNR only); identity: each crop swapped for itself")
+    p.add_argument("--source-views", action="store_true",
+                   help="the several-views measurement: a turning head swapped with one frontal photo and with "
+                        "a folder of three views (front, left, right) in each of --configs (default fast,quality), "
+                        "measured against the frontal photo (tools/quality/source_views.py)")
     p.add_argument("--workdir", help="suite: folder for the clips and outputs (default: a temp folder)")
     p.add_argument("--make-clips", metavar="DIR", help="only write the clip set (and its ground truth) to DIR")
     p.add_argument("--sample-every", type=int, default=5, help="identity measured every N-th frame (default 5)")
@@ -203,8 +207,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.sample_every < 1:
         p.error(f"--sample-every must be >= 1, got {args.sample_every}")
-    if not (args.suite or args.make_clips) and not (args.source and args.input and args.output):
-        p.error("give --source, --input and --output, or --suite, or --make-clips DIR")
+    if not (args.suite or args.make_clips or args.source_views) and not (args.source and args.input and args.output):
+        p.error("give --source, --input and --output, or --suite, or --source-views, or --make-clips DIR")
+    if args.source_views and (args.suite or args.cadences):
+        p.error("--source-views runs its own clip: leave out --suite and --swap-every")
+    if args.configs is None:
+        args.configs = "fast,quality" if args.source_views else ",".join(CONFIGS)
     if args.cadences and not args.suite:
         p.error("--swap-every runs the suite: give --suite")
     if args.stand_in and not args.cadences:
@@ -264,7 +272,17 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         rows: list[CadenceRow] = []
         reports: list[QualityReport] = []
-        if args.suite:
+        if args.source_views:
+            from tools.quality.source_views import run_source_views
+
+            with tempfile.TemporaryDirectory(prefix="facestream-views-") as tmp:
+                workdir = Path(args.workdir or tmp)
+                workdir.mkdir(parents=True, exist_ok=True)
+                reports = run_source_views(workdir, models, tuple(c for c in args.configs.split(",") if c),
+                                           args.sample_every, swap_args(args),
+                                           on_report=lambda r: print(f"  {r.clip} / {r.config} measured",
+                                                                     file=sys.stderr))
+        elif args.suite:
             configs = tuple(c for c in args.configs.split(",") if c)
             names = args.clips.split(",") if args.clips else None
             if names:

@@ -11,7 +11,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 import cv2
 import numpy as np
@@ -32,10 +32,12 @@ from engines.classic.blend import (
     soften_by,
 )
 from engines.classic.occlusion import cut_occlusion
+from engines.classic.source_views import SourceViews, view_for
 from engines.errors import EngineError
 from engines.face import AREAS, BROWS, OUTER_LIPS, Face, ImageBGR, Landmarks68, SwapResult
 from engines.geometry.carry import MAX_RESIDUAL, carry_warp, residual, ring, similarity
 from engines.geometry.face_align import fit_similarity
+from engines.geometry.head_pose import head_pose
 from engines.geometry.measures import face_size, face_turn, mouth_open_ratio
 from engines.geometry.piecewise_affine import (
     Points,
@@ -198,6 +200,10 @@ class SourceFace:
             if level_size >= LEVEL_MARGIN * size:
                 best = k
         return best
+
+
+# What a source prepares into: one photo's face, or several views of one person.
+AnySource: TypeAlias = "SourceFace | SourceViews[SourceFace]"
 
 
 @dataclass(frozen=True, eq=False)
@@ -491,6 +497,25 @@ class ClassicalSwapper:
         return SourceFace(levels=tuple(levels), sizes=tuple(sizes), origin=(int(x0), int(y0)),
                           forehead=forehead)
 
+    def prepare_views(self, views: Sequence[tuple[ImageBGR, Landmarks68]]) -> AnySource:
+        """Several photos of one source person: each prepared as `prepare_source` does, with
+        its pose, so that each target face is warped from the view nearest its own pose
+        (engines.classic.source_views). One photo gives exactly what `prepare_source` gives."""
+        if len(views) == 1:
+            return self.prepare_source(*views[0])
+        faces = tuple(self.prepare_source(image, landmarks) for image, landmarks in views)
+        return SourceViews(faces, tuple(head_pose(f.landmarks[:68]) for f in faces))
+
+    def _view(self, face: Face, source: AnySource) -> SourceFace:
+        """The source face to warp onto `face`: `source` itself, or of several views the one
+        chosen for this face (kept per track in its memo, with hysteresis)."""
+        if not isinstance(source, SourceViews):
+            return source
+        lm = _check_landmarks(face.landmarks)
+        if lm is None:
+            return source.faces[0]
+        return view_for(source, head_pose(lm), face.memo)
+
     def face_region(self, frame_shape: tuple[int, ...], landmarks: Landmarks68
                     ) -> tuple[int, int, int, int] | None:
         """The landmarks' bounding box plus a small margin, clipped to the frame (or None)."""
@@ -507,13 +532,13 @@ class ClassicalSwapper:
             return None
         return x0, y0, x1, y1
 
-    def forward(self, frame: ImageBGR, face: Face, source: SourceFace) -> SwapResult | None:
+    def forward(self, frame: ImageBGR, face: Face, source: AnySource) -> SwapResult | None:
         """The swap stage: warp the source onto `face`'s landmarks, over the face region only.
 
         Returns None (and counts a skip) when the region is empty or degenerate: face
         off-frame, collapsed or non-finite landmarks. Reads only `frame.shape`.
         """
-        return self._warp(frame.shape, face, source)
+        return self._warp(frame.shape, face, self._view(face, source))
 
     def _warp(self, frame_shape: tuple[int, ...], face: Face, source: SourceFace) -> SwapResult | None:
         lm = _check_landmarks(face.landmarks)
@@ -556,7 +581,7 @@ class ClassicalSwapper:
         return SwapResult(region=region, patch=patch, valid=valid)
 
     def forward_many(self, frame: ImageBGR, faces: Sequence[Face],
-                     sources: Sequence[SourceFace]) -> list[SwapResult | None]:
+                     sources: Sequence[AnySource]) -> list[SwapResult | None]:
         """`forward` for each face of one frame (the warp has nothing to batch)."""
         return [self.forward(frame, face, source) for face, source in zip(faces, sources)]
 
@@ -568,12 +593,14 @@ class ClassicalSwapper:
         """No buffers: the warp writes each face's own patch."""
         return BatchSpec()
 
-    def prepare_batch(self, frame: ImageBGR, faces: Sequence[Face], sources: Sequence[SourceFace],
+    def prepare_batch(self, frame: ImageBGR, faces: Sequence[Face], sources: Sequence[AnySource],
                       inputs: Mapping[str, np.ndarray]) -> ClassicalBatch:
-        """Only what the warp needs later: the frame's size and each face with its source."""
+        """Only what the warp needs later: the frame's size and each face with its source
+        (of several views, the one chosen for the face)."""
         if len(faces) != len(sources):
             raise ValueError(f"{len(faces)} faces but {len(sources)} sources")
-        return ClassicalBatch(frame.shape, tuple(zip(faces, sources)))
+        return ClassicalBatch(frame.shape, tuple((face, self._view(face, source))
+                                                 for face, source in zip(faces, sources)))
 
     def forward_batch(self, batch: ClassicalBatch, inputs: Mapping[str, np.ndarray],
                       outputs: Mapping[str, np.ndarray]) -> list[SwapResult | None]:
@@ -645,8 +672,10 @@ class ClassicalSwapper:
     # classical swapper as a stand-in for a slow one, so the carry's cost reads in the
     # quality suite's identity and landmark measures ----
 
-    def cut(self, frame: ImageBGR, face: Face, source: SourceFace) -> ClassicalCut | None:
-        return ClassicalCut(frame.shape, face, source) if _check_landmarks(face.landmarks) is not None else None
+    def cut(self, frame: ImageBGR, face: Face, source: AnySource) -> ClassicalCut | None:
+        if _check_landmarks(face.landmarks) is None:
+            return None
+        return ClassicalCut(frame.shape, face, self._view(face, source))
 
     def swap_cut(self, cut: ClassicalCut) -> ClassicalSwap | None:
         result = self._warp(cut.frame_shape, cut.face, cut.source)

@@ -42,6 +42,13 @@ class ScrfdFaces:
                 for d, k in zip(dets, kps)]
 
 
+def mean_identity(embeddings: Sequence[np.ndarray]) -> np.ndarray:
+    """The mean of the L2-normalised embeddings (each view counts alike, whatever its norm)."""
+    rows = np.stack([np.asarray(e, np.float32).reshape(-1) for e in embeddings])
+    rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return rows.mean(axis=0).astype(np.float32)
+
+
 class InSwapperSwapper:
     """A crop swapper (inswapper_128, hyperswap, simswap) as a `Swapper`. A source face is
     prepared once: its ArcFace embedding and then the swapper's own source vector (inswapper:
@@ -62,6 +69,14 @@ class InSwapperSwapper:
 
     def prepare_source(self, image: ImageBGR, landmarks: Landmarks68) -> np.ndarray:
         return self.swapper.prepare_source(self.embedder.forward(image, landmarks))
+
+    def prepare_views(self, views: Sequence[tuple[ImageBGR, Landmarks68]]) -> np.ndarray:
+        """Several photos of one source person: the mean of their L2-normalised ArcFace
+        embeddings (FaceFusion's average face) made into the swapper's source vector, which
+        normalises it again. One photo gives exactly what `prepare_source` gives."""
+        if len(views) == 1:
+            return self.prepare_source(*views[0])
+        return self.swapper.prepare_source(mean_identity([self.embedder.forward(i, lm) for i, lm in views]))
 
     def forward(self, frame: ImageBGR, face: Face, source: object) -> SwapResult | None:
         return self.swapper.forward(frame, face, source)  # type: ignore[arg-type]

@@ -22,6 +22,10 @@ from stream.server import (
 )
 from stream.sources.open import OPEN_TIMEOUT_S
 
+SOURCE_HELP = ("the face to put in: a photo (its largest face is used), or a folder of photos or a short "
+               "video of one person (several views: the classical swapper warps each face from the view "
+               "nearest its pose, the neural ones average the identity; photos of someone else are left "
+               "out with a warning). Several --source flags are different people, for --select mapping")
 # A server's browsers bring their own faces: no reference photos or mappings there.
 SERVER_SELECT_MODES = ("all", "largest")
 
@@ -152,7 +156,8 @@ def _add_selection_options(g: argparse._ArgumentGroup) -> None:
                         "or a --map of sources to people")
     g.add_argument("--reference", metavar="PHOTO", help="with --select reference: a photo of the person to swap")
     g.add_argument("--map", dest="mapping", action="append", default=[], metavar="SOURCE=REFERENCE",
-                   help="with --select mapping: put SOURCE's face on the person in REFERENCE (repeatable)")
+                   help="with --select mapping: put SOURCE's face on the person in REFERENCE (repeatable; "
+                        "SOURCE may be a photo, a folder of photos or a video of one person)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
         "swap", help="swap the source face into a video or a picture",
         description="Replace the faces of INPUT (a video or a picture) with the face in the --source "
                     "photo and write OUTPUT. Videos keep their frame count, timing and audio.")
-    swap.add_argument("--source", action="append", default=[], metavar="PHOTO",
-                      help="photo of the face to put in (its largest face is used)")
+    swap.add_argument("--source", action="append", default=[], metavar="PHOTO|DIR|VIDEO",
+                      help=SOURCE_HELP)
     swap.add_argument("--input", "-i", required=True, metavar="PATH", help="video (.mp4, .mkv, ...) or picture")
     swap.add_argument("--output", "-o", required=True, metavar="PATH",
                       help="where to write the result (.mp4/.mkv/.mov for videos, .png/.jpg for pictures)")
@@ -195,8 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  facestream live --source face.jpg --input rtsp://cam/stream --output rtsp://server/swapped\n"
                "  facestream live --source face.jpg --input webcam:0 --output preview --record session.mp4",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    live.add_argument("--source", action="append", default=[], metavar="PHOTO",
-                      help="photo of the face to put in (its largest face is used)")
+    live.add_argument("--source", action="append", default=[], metavar="PHOTO|DIR|VIDEO",
+                      help=SOURCE_HELP)
     live.add_argument("--input", "-i", required=True, metavar="INPUT",
                       help="webcam:N (or webcam:/dev/videoN), rtsp://..., or a video file played in real time")
     live.add_argument("--output", "-o", default="preview", metavar="OUTPUT",
@@ -238,9 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
                "                                                  # http://HOST:8080/whip, Bearer token;\n"
                "                                                  # players watch /whep/SESSION",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    serve.add_argument("--source", action="append", default=[], metavar="PHOTO",
-                       help="a face offered on the page (repeatable; default: scikit-image's astronaut); "
-                            "the page can upload more")
+    serve.add_argument("--source", action="append", default=[], metavar="PHOTO|DIR|VIDEO",
+                       help="a face offered on the page (repeatable; default: scikit-image's astronaut): a "
+                            "photo, or a folder of photos or a short video of one person; the page can upload more")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1); WebRTC's ICE candidates are gathered "
                             "on it too, so 127.0.0.1 serves this machine only and 0.0.0.0 every interface")
@@ -296,8 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  facestream benchmark --config fast --clips all --json bench.json\n"
                "  facestream benchmark --input my_clip.mp4 --source me.jpg --fps 25",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_argument("--source", action="append", default=[], metavar="PHOTO",
-                       help="photo of the face to put in (default: scikit-image's astronaut)")
+    bench.add_argument("--source", action="append", default=[], metavar="PHOTO|DIR|VIDEO",
+                       help="photo of the face to put in, or a folder of photos or a short video of one "
+                            "person (default: scikit-image's astronaut)")
     bench.add_argument("--input", "-i", metavar="PATH", help="your own video instead of the built-in clips")
     bench.add_argument("--clips", default="720p-1,720p-6", metavar="NAMES",
                        help="built-in clips, comma-separated: 720p-1, 720p-6, 1080p-1, 1080p-6, or all "

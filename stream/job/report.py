@@ -34,7 +34,7 @@ def run_and_report(job: SwapJob, pipeline: Pipeline, output: str, extra: dict[st
     rep = pipeline.metrics.report(pipeline.rings, calls, {
         "tracks_started": pipeline.tracker.tracks_started,
         **extra, "output": str(output), "engine": job.models.name, "staged": staged,
-        "sources": [s.path for s in job.sources]})
+        "sources": [s.path for s in job.source_sets]})
     notes = list(job.notes)
     if rep["frames_with_faces"] == 0:
         notes.append("no target faces found: the input passed through unchanged")

@@ -3,22 +3,23 @@ prepared once. The runs themselves are in `stream.job.runs`."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import cv2
 import numpy as np
-import numpy.typing as npt
 
 from engines.catalog import find
 from engines.errors import NoFaceError
-from engines.face import ImageBGR, Keypoints5, Landmarks68
+from engines.face import ImageBGR, Keypoints5
 from engines.frame_views import FrameViews
 from engines.protocols import Enhancer, PointDetector
 from engines.quantize.choose import ChoosingFactory
 from engines.registry import EngineSet, build_engines
 from stream.config import Config
+from stream.job.photo_face import PhotoFace
 from stream.job.run_plan import plan_run
 from stream.job.shared_models import exclusive, share_engines, shared
+from stream.job.source_set import SourceSet, load_source_set
 from stream.job.vram_plan import VramPlan
 from stream.media.image_io import read_image
 from stream.runtime.allocator import Allocator, default_allocator
@@ -26,28 +27,16 @@ from stream.runtime.cores import set_blas_threads
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class PhotoFace:
-    """The face chosen in a photo (source or reference), and how many the photo had."""
-
-    path: str
-    image: ImageBGR
-    landmarks: Landmarks68
-    faces_found: int
-    kps5: Keypoints5 | None = None  # the detector's own five points, where it finds them
-
-    def points(self, which: str) -> npt.NDArray[np.float32]:
-        """The points a swapper prepares this face from: the detector's five (`track.points:
-        detector`, where the detector found them) or the 68 landmarks."""
-        return self.kps5 if which == "detector" and self.kps5 is not None else self.landmarks
+__all__ = ["PhotoFace", "SwapJob"]
 
 
 class SwapJob:
     """Everything a swap run needs that outlives one input: models, source faces.
 
     `open()` loads the models (their runtimes get the job's host allocator: pinned memory
-    when CUDA is present) and prepares every source and reference face once."""
+    when CUDA is present) and prepares every source and reference face once. Each source is
+    one person: a photo, a folder of photos or a video (stream.job.source_set); `sources`
+    holds each one's first view, `source_sets` all of them."""
 
     def __init__(self, config: Config, sources: list[str], references: list[str] | None = None,
                  allocator: Allocator | None = None) -> None:
@@ -60,6 +49,7 @@ class SwapJob:
         self.allocator = allocator or default_allocator(prefer_pinned=config.runtime.kind != "openvino")
         self.engines: EngineSet | None = None
         self.sources: list[PhotoFace] = []
+        self.source_sets: list[SourceSet] = []
         self.prepared: list[object] = []
         self.reference_embeddings: list[np.ndarray] = []
         self.enhancer: Enhancer | None = None
@@ -102,10 +92,11 @@ class SwapJob:
             self.enhancer = enhancer
             self.notes.append(f"enhancer: {model_file.name}, every {cfg.enhance.every} frame(s) per face")
         self.notes.extend(runtimes.notes)  # Triton: which models run locally; the INT8 files chosen
-        for photo in self.source_paths:
-            face = self.find_face(photo, "source photo")
-            self.sources.append(face)
-            self.prepared.append(self.engines.swapper.prepare_source(face.image, face.points(cfg.track.points)))
+        for path in self.source_paths:
+            source = load_source_set(path, self.find_face, self.engines.embedder, self.notes)
+            self.source_sets.append(source)
+            self.sources.append(source.face)
+            self.prepared.append(self.prepare_set(source.views))
         for photo in self.reference_paths:
             face = self.find_face(photo, "reference photo")
             self.reference_embeddings.append(self.engines.embedder.forward(face.image, face.landmarks))
@@ -147,6 +138,17 @@ class SwapJob:
         models = self.models
         with exclusive(models.embedder, "forward"):  # the swapper may use the embedder inside
             return models.swapper.prepare_source(face.image, face.points(self.config.track.points))
+
+    def prepare_set(self, views: tuple[PhotoFace, ...] | list[PhotoFace]) -> object:
+        """The swapper's preparation of one source person: of its one photo exactly as
+        `prepare`; of several views, `prepare_views` (the neural swappers: the mean identity;
+        the classical one: each target face warped from its nearest view)."""
+        if len(views) == 1:
+            return self.prepare(views[0])
+        models = self.models
+        which = self.config.track.points
+        with exclusive(models.embedder, "forward"):
+            return models.swapper.prepare_views([(v.image, v.points(which)) for v in views])
 
     def model_calls(self) -> dict[str, int]:
         """Calls of each model so far (the models live as long as the job)."""

@@ -8,7 +8,8 @@ figures, polled from `/api/sessions/ID`.
 HTTP API (JSON unless said; every refusal is 4xx with a one-line {"error"}):
 - `GET /` the page;
 - `GET /api/faces` the operator's faces and the visitor's own uploads; `POST /api/faces`
-  (multipart field `photo`); `GET /api/faces/ID.jpg`; `DELETE /api/faces/ID` (one's own);
+  (multipart field `photo`, repeated for several photos of one person: one face, made from
+  them all); `GET /api/faces/ID.jpg`; `DELETE /api/faces/ID` (one's own);
 - `POST /api/offer` {sdp, type, face} -> {sdp, type, session, token, codec};
 - with the session's token (header `X-Session-Token`, or `?token=` for sendBeacon):
   `GET /api/sessions/ID` figures; `POST /api/sessions/ID/face` {face};
@@ -46,9 +47,10 @@ import numpy as np
 from aiohttp import web
 from aiortc import RTCSessionDescription
 
-from engines.errors import EngineError
+from engines.errors import EngineError, NoFaceError
 from engines.face import ImageBGR
 from stream.errors import StreamError, reason_of
+from stream.job.source_set import one_person, said_left_out
 from stream.job.swap_job import SwapJob
 from stream.media.image_header import FORMATS, ImageHeaderError, read_image_header
 from stream.ops.listen import bind_socket
@@ -69,6 +71,7 @@ from stream.sinks.relay import FrameRelay
 log = logging.getLogger(__name__)
 
 MAX_UPLOAD_BYTES = 12 * 1024 * 1024
+MAX_UPLOAD_VIEWS = 12  # photos of one person in one upload
 UPLOAD_WORK_SIDE = 1600  # uploads are searched and kept at most this long a side
 VISITOR_COOKIE = "facestream_visitor"
 ENDED_KEPT = 256  # ended sessions remembered, to tell their page why
@@ -128,8 +131,11 @@ class FaceServer:
 
     def add_job_faces(self) -> None:
         """The job's --source photos, already prepared by job.open()."""
-        for face, prepared in zip(self.job.sources, self.job.prepared):
-            self.library.add(new_entry(face, prepared, Path(face.path).name, owner=None))
+        for source, prepared in zip(self.job.source_sets, self.job.prepared):
+            entry = new_entry(source.face, prepared, Path(source.path).name, owner=None)
+            if len(source.views) > 1:
+                entry.note = f"{len(source.views)} views of one person"
+            self.library.add(entry)
 
     def face_from_upload(self, data: bytes, name: str, owner: str) -> FaceEntry:
         """Decode an uploaded photo (its size already checked), find its largest face and
@@ -146,12 +152,49 @@ class FaceServer:
             del self.job.notes[notes:]  # said to the uploader, not kept for the console
         return new_entry(face, self.job.prepare(face), name, owner)
 
+    def face_from_uploads(self, photos: list[tuple[bytes, str]], owner: str) -> FaceEntry:
+        """One face from several uploaded photos of one person (blocking): each photo's
+        largest face, those of another person left out (said in the entry's note), prepared
+        together (the classical swapper: the view nearest each target's pose; the neural
+        ones: the mean identity). One photo: `face_from_upload`."""
+        if len(photos) == 1:
+            return self.face_from_upload(*photos[0], owner)
+        views, faceless = [], []
+        notes = len(self.job.notes)
+        try:
+            for data, name in photos:
+                image = cast(ImageBGR | None, cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR))
+                if image is None:
+                    raise ValueError(f"photo {name!r}: not a picture this server can read ({', '.join(FORMATS)})")
+                try:
+                    views.append(self.job.find_face(name, "uploaded photo", image=_fit_within(image, UPLOAD_WORK_SIDE)))
+                except NoFaceError:
+                    faceless.append(name)
+        finally:
+            del self.job.notes[notes:]  # said to the uploader, not kept for the console
+        if not views:
+            raise NoFaceError(f"photos {', '.join(repr(n) for _, n in photos)}: no face found in any of them")
+        said = [f"no face in {', '.join(faceless)}"] if faceless else []
+        if len(views) > 1:
+            embedder = self.job.models.embedder
+            views, dropped = one_person(views, embedder, f"photos {', '.join(repr(v.path) for v in views)}",
+                                        lambda v: v.path)
+            if dropped:
+                said.append(said_left_out(dropped, embedder.threshold, len(views)))
+        entry = new_entry(views[0], self.job.prepare_set(views), f"{views[0].path} +{len(views) - 1}"
+                          if len(views) > 1 else views[0].path, owner)
+        entry.note = "; ".join([f"{len(views)} photos of one person"] + said)
+        return entry
+
     def _face_json(self, entry: FaceEntry, visitor: str | None) -> dict[str, Any]:
         out: dict[str, Any] = {"id": entry.id, "name": entry.name, "thumb": f"/api/faces/{entry.id}.jpg",
                                "uploaded": entry.uploaded, "mine": entry.uploaded and entry.owner == visitor,
                                "faces_found": entry.faces_found}
-        if entry.faces_found > 1:
-            out["note"] = f"{entry.faces_found} faces found; using the largest"
+        notes = [f"{entry.faces_found} faces found; using the largest"] if entry.faces_found > 1 else []
+        if entry.note:
+            notes.append(entry.note)
+        if notes:
+            out["note"] = "; ".join(notes)
         return out
 
     # -- sessions --------------------------------------------------------------------
@@ -317,23 +360,30 @@ class FaceServer:
         except Exception as exc:  # noqa: BLE001 - whatever a malformed body makes aiohttp raise
             log.debug("upload: unreadable form", exc_info=exc)
             raise ApiError(400, "upload: the multipart body could not be read") from exc
-        field = form.get("photo")
-        if not isinstance(field, web.FileField):
+        fields = form.getall("photo", [])
+        if not fields or not all(isinstance(f, web.FileField) for f in fields):
             raise ApiError(400, "upload: send the picture as multipart field 'photo' (a file)")
-        name = _file_name(field.filename)
-        data = field.file.read()
-        if not data:
-            raise ApiError(422, f"photo {name!r}: the file is empty")
+        if len(fields) > MAX_UPLOAD_VIEWS:
+            raise ApiError(413, f"upload: {len(fields)} photos; one face is made from up to {MAX_UPLOAD_VIEWS}")
+        photos = []
+        for field in fields:
+            assert isinstance(field, web.FileField)
+            name = _file_name(field.filename)
+            data = field.file.read()
+            if not data:
+                raise ApiError(422, f"photo {name!r}: the file is empty")
+            try:
+                header = read_image_header(data)
+            except ImageHeaderError as exc:
+                raise ApiError(422, f"photo {name!r}: {exc}") from exc
+            if header.pixels > self.max_upload_pixels:
+                raise ApiError(413, f"photo {name!r} is {header.width}x{header.height} ({header.pixels / 1e6:.0f} "
+                                    f"megapixels); this server takes up to {self.max_upload_pixels / 1e6:g} "
+                                    "megapixels")
+            photos.append((data, name))
         try:
-            header = read_image_header(data)
-        except ImageHeaderError as exc:
-            raise ApiError(422, f"photo {name!r}: {exc}") from exc
-        if header.pixels > self.max_upload_pixels:
-            raise ApiError(413, f"photo {name!r} is {header.width}x{header.height} ({header.pixels / 1e6:.0f} "
-                                f"megapixels); this server takes up to {self.max_upload_pixels / 1e6:g} megapixels")
-        try:
-            async with self._upload_lock:  # one decode at a time: memory bounded by one picture
-                entry = await asyncio.to_thread(self.face_from_upload, data, name, request[VISITOR])
+            async with self._upload_lock:  # one decode at a time: memory bounded by one upload
+                entry = await asyncio.to_thread(self.face_from_uploads, photos, request[VISITOR])
         except (EngineError, ValueError, StreamError) as exc:
             raise ApiError(422, reason_of(exc)) from exc
         self.library.add(entry, in_use={s.face.id for s in self.sessions.values()})

@@ -35,6 +35,7 @@ class FaceEntry:
     faces_found: int = 1
     nbytes: int = 0
     order: int = field(default_factory=lambda: next(_order))
+    note: str = ""  # said on the page beside the face (e.g. the photos an upload left out)
 
     @property
     def uploaded(self) -> bool:

@@ -263,6 +263,9 @@ class CarriedSwapper:
     def prepare_source(self, image: ImageBGR, landmarks: Landmarks68) -> object:
         return self.inner.prepare_source(image, landmarks)
 
+    def prepare_views(self, views: Sequence[tuple[ImageBGR, Landmarks68]]) -> object:
+        return self.inner.prepare_views(views)
+
     def forward(self, frame: ImageBGR, face: Face, source: Any) -> SwapResult | None:
         return self.inner.forward(frame, face, source)
 
