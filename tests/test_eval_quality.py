@@ -281,7 +281,7 @@ def test_a_hard_seam_measures_stronger_than_a_feathered_one() -> None:
     assert metrics.seam_strength(frame, frame, ft.faces[0]) is None  # nothing swapped: no seam
 
 
-@pytest.mark.parametrize("name", ["rotate", "grey-source", "low-chroma", "overlap"])
+@pytest.mark.parametrize("name", ["rotate", "grey-source", "low-chroma", "overlap", "turning-talk", "panned-group"])
 def test_the_clip_set_ground_truth_is_where_dlib_sees_the_faces(name: str) -> None:
     scene = SCENES[name]()
     detector = dlib.get_frontal_face_detector()
@@ -312,6 +312,34 @@ def test_the_clip_set_covers_what_the_issue_asks_for() -> None:
     assert any(iou(o.box, occ.frame(i)[1].faces[0]) > 0 for i in range(occ.n_frames) for o in occ.frame(i)[1].occluders)
     grey = SCENES["grey-source"]().source
     assert np.array_equal(grey[:, :, 0], grey[:, :, 1]) and np.array_equal(grey[:, :, 1], grey[:, :, 2])
+
+
+def test_the_new_clips_turn_talk_pan_and_change_the_light() -> None:
+    """turning-talk: the head turns both ways and the jaw moves; panned-group: six faces, the
+    first leaving the frame and coming back, the light ramping up, a board in front of the
+    fourth face for a while."""
+    talk = SCENES["turning-talk"]()
+    n = talk.n_frames
+    centres = [(lambda b: (b[0] + b[2]) / 2)(talk.frame(i)[1].faces[0]) for i in (0, n // 4, 3 * n // 4)]
+    assert centres[1] - centres[0] > 5 and centres[0] - centres[2] > 5  # turned one way, then the other
+    assert talk.canvas_at is not None
+    still, (box,) = talk.canvas_at(0.0)  # facing the camera, the mouth shut
+    spoken, (same,) = talk.canvas_at(0.5)  # facing the camera again, the jaw open
+    assert box == pytest.approx(same, abs=1e-6)
+    x0, y0, x1, y1 = (int(v) for v in box)
+    lower = slice(y0 + (y1 - y0) * 3 // 4, y1), slice(x0, x1)
+    upper = slice(y0, y0 + (y1 - y0) // 2), slice(x0, x1)
+    change = [float(np.abs(spoken[r].astype(int) - still[r].astype(int)).mean()) for r in (lower, upper)]
+    assert change[0] > 3 and change[1] == 0.0
+    group = SCENES["panned-group"]()
+    frames = [group.frame(i) for i in range(0, group.n_frames, 6)]
+    assert all(len(truth.faces) == 6 for _, truth in frames)
+    shares = [visible(truth.faces[0], group.size) for _, truth in frames]
+    assert shares[0] == 1.0 and shares[-1] == 1.0 and min(shares) == 0.0
+    brightness = [float(image.mean()) for image, _ in frames]
+    assert brightness[-1] > 1.5 * brightness[0]
+    covered = [any(iou(o.box, truth.faces[3]) > 0.3 for o in truth.occluders) for _, truth in frames]
+    assert 0 < sum(covered) < len(frames)
 
 
 def test_ground_truth_round_trips_through_json(tmp_path: Path) -> None:

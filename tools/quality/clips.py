@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 
 from stream.media.demo_clips import T1_LARGEST_FACE, astronaut, group_picture, single_face_picture, write_clip
+from tools.quality.head_turn import turn_head, turned_box
 from tools.quality.patterns import cartoon_face, cat_print, coffee_cup, smiley
 from tools.quality.truth import Box, ClipTruth, FrameTruth, Patch
 
@@ -65,6 +66,11 @@ class Scene:
     seconds: float = 2.0
     nonfaces: tuple[Patch, ...] = ()
     occluders: tuple[Occluder, ...] = field(default_factory=tuple)
+    # The canvas and its face boxes at time t, where they change (a head turning, a mouth
+    # talking); None: `canvas` and `faces` throughout.
+    canvas_at: Callable[[float], tuple[np.ndarray, tuple[Box, ...]]] | None = None
+    # The frame's brightness at time t (a gain on the whole picture, after the view).
+    gain: Callable[[float], float] | None = None
 
     @property
     def n_frames(self) -> int:
@@ -74,9 +80,12 @@ class Scene:
         t = i / max(self.n_frames - 1, 1)
         view = self.views(t)
         m = view.matrix(self.size)
-        image = cv2.warpAffine(self.canvas, m, self.size, flags=cv2.INTER_LINEAR,
+        canvas, boxes = self.canvas_at(t) if self.canvas_at is not None else (self.canvas, self.faces)
+        image = cv2.warpAffine(canvas, m, self.size, flags=cv2.INTER_LINEAR,
                                borderMode=cv2.BORDER_CONSTANT, borderValue=(118, 122, 126))
-        faces = tuple(_face_box(b, m, view.zoom) for b in self.faces)
+        if self.gain is not None:
+            cv2.convertScaleAbs(image, dst=image, alpha=self.gain(t))
+        faces = tuple(_face_box(b, m, view.zoom) for b in boxes)
         nonfaces = tuple(Patch(p.kind, _hull_box(p.box, m)) for p in self.nonfaces)
         occluders = []
         for occ in self.occluders:
@@ -215,6 +224,65 @@ def leave_return_scene() -> Scene:
         lambda t: View(cx + 440 * math.sin(math.pi * t), cy, 1.2), seconds=2.4)
 
 
+def turning_talk_scene() -> Scene:
+    """The astronaut talking and turning her head from side to side (+-30 degrees, a yaw-like
+    warp: tools/quality/head_turn.py), her jaw dropping and closing as in speech (a warp of
+    the lower face), the view drifting; t1's largest face as the source."""
+    x0, y0, x1, y1 = ASTRONAUT_FACE
+    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2 + 10
+    picture = astronaut()
+
+    def canvas_at(t: float) -> tuple[np.ndarray, tuple[Box, ...]]:
+        yaw = 30.0 * math.sin(2 * math.pi * t)
+        opening = 0.5 * (1 - math.cos(2 * math.pi * 5 * t))  # five syllables: 0 shut .. 1 open
+        talking = open_jaw(picture, ASTRONAUT_FACE, 0.09 * opening)
+        return turn_head(talking, ASTRONAUT_FACE, yaw), (turned_box(ASTRONAUT_FACE, yaw),)
+
+    return Scene(
+        "turning-talk", "one face talking and turning +-30 deg", picture, (ASTRONAUT_FACE,), t1_source(),
+        lambda t: View(cx + 8 * _wave(t, 0.5), cy + 5 * _wave(t, 1.5), 1.6, 0.0),
+        size=(640, 480), seconds=3.0, canvas_at=canvas_at)
+
+
+def open_jaw(picture: np.ndarray, box: Box, drop: float) -> np.ndarray:
+    """`picture` with the jaw of the face in `box` dropped by `drop` face heights: the rows
+    from the mouth's line down to the chin pulled down, fading out to the sides and below, so
+    the lips part and the chin lowers as in speech."""
+    if drop <= 0:
+        return picture.copy()
+    h, w = picture.shape[:2]
+    x0, y0, x1, y1 = box
+    bw, bh = x1 - x0, y1 - y0
+    mouth_y, chin_y = y0 + 0.78 * bh, y1 + 0.15 * bh
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
+    across = np.clip(1 - np.abs(xs - (x0 + x1) / 2) / (0.45 * bw), 0, 1)
+    below = np.clip((ys - mouth_y) / (0.06 * bh), 0, 1) * np.clip((chin_y + 0.3 * bh - ys) / (0.3 * bh), 0, 1)
+    shift = drop * bh * across * below
+    return cv2.remap(picture, xs, ys - shift, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+
+
+def panned_group_scene() -> Scene:
+    """t1's six faces at 1280x720, the view panning so that the left face leaves the frame and
+    comes back, the light ramping from dim to bright, a board covering one face for a while."""
+    board = np.zeros((190, 150, 4), np.uint8)
+    board[:, :] = (70, 86, 98, 255)
+    x0, y0, x1, y1 = T1_FACES[3]
+
+    def pan(t: float) -> float:  # the view's centre on the canvas, x
+        return 640 + 250 * math.sin(math.pi * t)
+
+    def board_at(t: float) -> tuple[float, float]:  # in front of the fourth face from 30% to 70%
+        if not 0.3 <= t <= 0.7:
+            return (-400.0, -400.0)
+        return ((x0 + x1) / 2 - pan(t) + 640 - 75, (y0 + y1) / 2 - 443 + 360 - 95)
+
+    return Scene(
+        "panned-group", "six faces panned (the left one leaves and returns), light ramping, one covered a while",
+        group_picture(), T1_FACES, astronaut(),
+        lambda t: View(pan(t), 443, 1.0), size=(1280, 720), seconds=2.4,
+        occluders=(Occluder("board", board, board_at),), gain=lambda t: 0.6 + 0.6 * t)
+
+
 def crowd_canvas() -> tuple[np.ndarray, tuple[Box, ...]]:
     """t1's six faces cut out with a soft oval and laid in two staggered rows, each overlapping
     the one before (later ones in front); returns the canvas and the face boxes on it."""
@@ -248,6 +316,8 @@ SCENES: dict[str, Callable[[], Scene]] = {
     "small": small_scene,
     "overlap": overlap_scene,
     "leave-return": leave_return_scene,
+    "turning-talk": turning_talk_scene,
+    "panned-group": panned_group_scene,
 }
 
 

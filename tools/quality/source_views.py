@@ -16,17 +16,16 @@ import logging
 import math
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from tools.quality.clips import ASTRONAUT_FACE, Scene, View, _face_box, _wave, make_clip, t1_source
+from tools.quality.clips import ASTRONAUT_FACE, Scene, View, _wave, make_clip, t1_source
 from tools.quality.head_turn import turn_head, turned_box
 from tools.quality.measure import MeasureError, Models, QualityReport, Reference
 from tools.quality.suite import ROOT, swap_command
-from tools.quality.truth import ClipTruth, FrameTruth
+from tools.quality.truth import ClipTruth
 
 log = logging.getLogger(__name__)
 
@@ -36,36 +35,23 @@ T1_SOURCE_FACE = (79.0, 79.0, 204.0, 204.0)  # the face in t1_source(), as dlib'
 VIEW_NAMES = ("1-front.png", "2-left.png", "3-right.png")
 
 
-@dataclass
-class TurningScene(Scene):
-    """A scene whose face turns: `yaw(t)` degrees at time t in [0, 1], applied to the canvas
-    around its face before the view is taken."""
-
-    yaw: Callable[[float], float] = lambda t: 0.0
-
-    def frame(self, i: int) -> tuple[np.ndarray, FrameTruth]:
-        t = i / max(self.n_frames - 1, 1)
-        yaw = self.yaw(t)
-        view = self.views(t)
-        m = view.matrix(self.size)
-        canvas = turn_head(self.canvas, self.faces[0], yaw)
-        image = cv2.warpAffine(canvas, m, self.size, flags=cv2.INTER_LINEAR,
-                               borderMode=cv2.BORDER_CONSTANT, borderValue=(118, 122, 126))
-        faces = tuple(_face_box(turned_box(b, yaw), m, view.zoom) for b in self.faces)
-        return image, FrameTruth(faces, tuple(view.angle for _ in faces))
-
-
 def turning_views_scene() -> Scene:
     """The astronaut turning her head from side to side, t1's largest face as the source."""
     from stream.media.demo_clips import astronaut
 
     x0, y0, x1, y1 = ASTRONAUT_FACE
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2 + 10
-    return TurningScene(
+    picture = astronaut()
+
+    def canvas_at(t: float) -> tuple[np.ndarray, tuple[tuple[float, float, float, float], ...]]:
+        yaw = TURN_YAW * math.sin(2 * math.pi * t)
+        return turn_head(picture, ASTRONAUT_FACE, yaw), (turned_box(ASTRONAUT_FACE, yaw),)
+
+    return Scene(
         "turning-views", "one face turning +-30 deg (a yaw-like warp), source views front/left/right",
-        astronaut(), (ASTRONAUT_FACE,), t1_source(),
+        picture, (ASTRONAUT_FACE,), t1_source(),
         lambda t: View(cx + 8 * _wave(t, 0.5), cy + 5 * _wave(t, 1.5), 1.6, 0.0),
-        size=(640, 480), seconds=3.0, yaw=lambda t: TURN_YAW * math.sin(2 * math.pi * t))
+        size=(640, 480), seconds=3.0, canvas_at=canvas_at)
 
 
 def write_views(folder: Path, photo: np.ndarray, box: tuple[float, float, float, float] = T1_SOURCE_FACE) -> Path:
