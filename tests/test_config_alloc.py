@@ -40,8 +40,9 @@ def test_overrides_are_typed_and_win_over_the_preset() -> None:
     cfg = load_config("quality", ["detect.every=7", "swap.color_transfer=false", "encode.preset=fast",
                                   'select.mapping=[["a.png", "b.png"]]', "select.mode=mapping"])
     assert cfg.detect.every == 7 and cfg.swap.color_transfer is False
-    assert cfg.encode.preset == "fast" and cfg.detect.max_side == 1920  # the rest from the preset
+    assert cfg.encode.preset == "fast" and cfg.encode.crf == 18  # the rest from the preset
     assert cfg.swap.shape > load_config(None).swap.shape  # quality takes more of the source's proportions
+    assert cfg.swap.shape_turned == load_config(None).swap.shape  # ... on faces that allow it
     assert cfg.select.mapping == [["a.png", "b.png"]]
 
 

@@ -13,7 +13,7 @@ import pytest
 from engines.classic.swapper import ClassicalOptions, ClassicalSwapper, blend_shape
 from engines.dlib.embedder import DlibEmbedder
 from engines.dlib.landmarker import DlibLandmarker
-from engines.face import BROWS, Face
+from engines.face import BROWS, Face, Occlusion
 from engines.frame_views import FrameViews
 from stream.media.demo_clips import T1_LARGEST_FACE, astronaut, single_face_picture
 
@@ -152,6 +152,30 @@ def test_shape_keeps_the_target_pose_jaw_mouth_and_eyelids(dlib_models, target):
     expected = (np.c_[moved, np.ones(68)] @ rot.T).astype(np.float32)
     np.testing.assert_allclose(blend_shape(rolled, source, 0.3), expected, atol=1e-2)
     assert blend_shape(lm, source, 0.0) is lm
+
+
+def _turned_points(turn: float) -> np.ndarray:
+    """68 points with only what engines.geometry.measures.face_turn reads set: the jaw's ends,
+    the nose tip and the eyes' outer corners, the nose placed for a turn of `turn`."""
+    lm = np.zeros((68, 2), np.float32)
+    lm[0], lm[16], lm[36], lm[45] = (0, 0), (100, 0), (20, -20), (80, -20)
+    lm[30] = (100 / (2 - turn), 10)  # left half 100/(2-t), right half its (1-t): turn t
+    return lm
+
+
+@pytest.mark.parametrize(("turn", "occluded", "expected"), [
+    (0.0, False, 0.42), (0.3, False, 0.42), (0.55, False, 0.36), (0.8, False, 0.3), (0.95, False, 0.3),
+    (0.0, True, 0.3),
+])
+def test_the_shape_blend_gives_way_on_turned_and_covered_faces(turn, occluded, expected):
+    # `quality`: 0.42 of the source's proportions on a frontal face, 0.3 from a turn of 0.8
+    # and while something is in front of it; without swap.shape_turned, `shape` everywhere.
+    lm = _turned_points(turn)
+    occlusion = Occlusion(np.zeros((8, 8), np.uint8), np.eye(2, 3, dtype=np.float32)) if occluded else None
+    face = Face((0.0, -40.0, 100.0, 60.0), lm, occlusion=occlusion)
+    swapper = ClassicalSwapper(ClassicalOptions(shape=0.42, shape_turned=0.3))
+    assert swapper._shape_of(face, lm) == pytest.approx(expected, abs=1e-6)
+    assert ClassicalSwapper(ClassicalOptions(shape=0.42))._shape_of(face, lm) == 0.42
 
 
 def test_a_fringe_on_the_target_stays_in_front_of_the_forehead(dlib_models):

@@ -32,10 +32,17 @@ def engines():  # type: ignore[no-untyped-def]
     return eng
 
 
-def run(engines, frames, preset=None):  # type: ignore[no-untyped-def]
-    """Each frame's returned tracks' landmark boxes (detected and tracked as `preset` says)."""
-    cfg = load_config(preset)
-    if preset is not None:
+# Detection every 5 frames, each one scanning the whole frame (upscaled towards 1920 px) and
+# refining every box: what `quality` ran until 2026-12-07, and the cadence these tracking
+# regressions were found at.
+FREQUENT = ("detect.every=5", "detect.max_side=1920", "detect.refine_every=1", "detect.scan_every=1")
+
+
+def run(engines, frames, overrides=None):  # type: ignore[no-untyped-def]
+    """Each frame's returned tracks' landmark boxes (detected and tracked as the default with
+    `overrides` says)."""
+    cfg = load_config(None, list(overrides or ()))
+    if overrides is not None:
         engines = build_engines("dlib", detect=cfg.detect, swap=ClassicalOptions(), models=cfg.models)
         engines.open()
     tracker = Tracker(engines.detector, engines.landmarker, engines.embedder, cfg.detect, cfg.track)
@@ -58,17 +65,17 @@ def test_an_occluded_face_stays_followed_where_it_is(engines) -> None:  # type: 
     assert strays == [], f"swapped away from the face in frames {strays}"
 
 
-@pytest.mark.parametrize(("start", "preset"), [(1, None), (5, None), (0, "quality"), (5, "quality")])
-def test_a_face_is_followed_on_every_frame_of_the_bar_crossing(engines, start, preset) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("start", "overrides"), [(1, None), (5, None), (0, FREQUENT), (5, FREQUENT)])
+def test_a_face_is_followed_on_every_frame_of_the_bar_crossing(engines, start, overrides) -> None:  # type: ignore[no-untyped-def]
     # Started a few frames in, so the detections fall on other frames of the crossing: while
     # the bar covers the eyes HOG misses the face and the face filter reads none in its box on
     # some frames, and the cup crossing the mouth pulled the optical flow (and the box) after
     # it; the face was then lost for five to nine frames, the original face shown there.
-    # `quality` detects every 5 frames: three detections in a row read no face behind the bar,
+    # Detecting every 5 frames: three detections in a row read no face behind the bar,
     # and once the points were held where the face is, the flow of every other inner point
     # lost the face under the bar (seven frames lost).
     made = scene_frames(occluder_scene())[start:]
-    found = run(engines, [f for f, _ in made], preset)
+    found = run(engines, [f for f, _ in made], overrides)
     lost = [start + i for i, (boxes, (_, truth)) in enumerate(zip(found, made))
             if not any(iou(b, truth.faces[0]) > 0.3 for b in boxes)]
     assert lost == [], f"face not followed in frames {lost}"
@@ -255,8 +262,8 @@ def test_a_scene_cut_ends_the_tracks_within_a_frame(engines) -> None:  # type: i
 
 
 @pytest.mark.parametrize(("check", "refine"), [(True, False), (False, False), (False, True)])
-def test_quality_keeps_the_points_of_a_face_a_cup_enlarges_the_box_of(monkeypatch, check, refine) -> None:  # type: ignore[no-untyped-def]
-    # `quality` detects every 5 frames on the frame scanned 2x: at frame 20 HOG boxed the face,
+def test_frequent_detection_keeps_the_points_of_a_face_a_cup_enlarges_the_box_of(monkeypatch, check, refine) -> None:  # type: ignore[no-untyped-def]
+    # Detecting every 5 frames on the frame scanned 2x (FREQUENT): at frame 20 HOG boxed the face,
     # the cup in front of it, 20% larger; dlib put the jaw on the wall and the mouth in the cup,
     # and the face, half covered by the bar two frames later, kept those points until frame
     # 47: the swap was painted 27% too wide (flicker 1.20x the input's). The tracker's box
@@ -267,7 +274,7 @@ def test_quality_keeps_the_points_of_a_face_a_cup_enlarges_the_box_of(monkeypatc
     if not check:  # every detection's box taken as it comes
         monkeypatch.setattr(tracklets, "BOX_JUMP", float("inf"))
     made = scene_frames(occluder_scene())[:48]
-    cfg = load_config("quality")
+    cfg = load_config(None, list(FREQUENT))
     detect = dataclasses.replace(cfg.detect, refine=refine)
     eng = build_engines("dlib", detect=detect, swap=ClassicalOptions(), models=cfg.models)
     eng.open()

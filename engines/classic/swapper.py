@@ -77,6 +77,7 @@ MAX_SUPERSAMPLE = 3
 BLENDS = ("feather", "poisson")
 SHADING_SCALE = 0.06  # the blur (sigma) of a face's light and shade, as a fraction of its size
 SHADING_FROM = 0.3  # face_turn from which the target's shading comes in (ramping up to 1)
+SHAPE_TURN_FROM, SHAPE_TURN_TO = 0.3, 0.8  # face_turn over which `shape` gives way to `shape_turned`
 LIPS_MARGIN = 0.05  # swap.keep_lips: how much wider the source's mouth must be open
 LIPS_GROW = 0.1  # the target's lips are kept grown by this share of the mouth's width
 
@@ -115,6 +116,13 @@ class ClassicalOptions:
     # expression and blinks are kept; at 0.3 dlib's landmarks on the result move by about 0.01
     # of the distance between the eyes' centres and the identity distance drops by about 0.03.
     shape: float = 0.3
+    # The shape blend of a face turned sideways (None: `shape` on every face). From a turn of
+    # SHAPE_TURN_FROM (engines.geometry.measures.face_turn) it goes from `shape` to this, reached
+    # at SHAPE_TURN_TO: a frontal source's proportions fitted onto a turned face move dlib's
+    # points on it more and bring less of the identity (`quality` at 0.45 everywhere: the faces
+    # turned 0.86-0.88 on the suite's clips lost up to 0.013 of distance and gained up to 0.010
+    # of shift against 0.3, the frontal ones won 0.005 for 0.002; docs/quality.md).
+    shape_turned: float | None = None
     # How much of the target's own light and shade (its luma blurred over SHADING_SCALE of the
     # face's size) the swap takes, on a face turned fully sideways; from engines.classic.blend.face_turn
     # SHADING_FROM (0.3) it ramps up to that, and a face turned less is left as it was. A
@@ -148,6 +156,8 @@ class ClassicalOptions:
             raise ValueError(f"swap.feather must be in [0, 0.5], got {self.feather}")
         if not 0.0 <= self.shape <= 1.0:
             raise ValueError(f"swap.shape must be in [0, 1], got {self.shape}")
+        if self.shape_turned is not None and not 0.0 <= self.shape_turned <= 1.0:
+            raise ValueError(f"swap.shape_turned must be in [0, 1] (or null), got {self.shape_turned}")
         if not 0.0 <= self.forehead <= 0.6:
             raise ValueError(f"swap.forehead must be in [0, 0.6], got {self.forehead}")
         if not 0.0 <= self.shading <= 1.0:
@@ -540,10 +550,21 @@ class ClassicalSwapper:
         """
         return self._warp(frame.shape, face, self._view(face, source))
 
+    def _shape_of(self, face: Face, landmarks: Landmarks68) -> float:
+        """The shape blend for `face` (of these landmarks): `shape`, giving way to
+        `shape_turned` as the face turns, and `shape_turned` while something is in front of it."""
+        cfg = self.config
+        if cfg.shape_turned is None:
+            return cfg.shape
+        if face.occlusion is not None:
+            return cfg.shape_turned
+        turned = min(max((face_turn(landmarks[:68]) - SHAPE_TURN_FROM) / (SHAPE_TURN_TO - SHAPE_TURN_FROM), 0.0), 1.0)
+        return cfg.shape + (cfg.shape_turned - cfg.shape) * turned
+
     def _warp(self, frame_shape: tuple[int, ...], face: Face, source: SourceFace) -> SwapResult | None:
         lm = _check_landmarks(face.landmarks)
         points = None if lm is None else place_forehead(
-            blend_shape(lm, source.landmarks[:68], self.config.shape), source.landmarks)
+            blend_shape(lm, source.landmarks[:68], self._shape_of(face, lm)), source.landmarks)
         region = None if points is None else self.face_region(frame_shape, points)
         if lm is None or points is None or region is None:
             self.skipped += 1
