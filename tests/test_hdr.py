@@ -288,3 +288,24 @@ def test_live_from_an_hdr_camera_says_it_tone_mapped(source_photo: Path, tmp_pat
     as_pq = luma709(graded(frames[0])).mean()  # what an untouched conversion would show
     seen = luma709(recorded[-1]).mean()
     assert abs(seen / expected - 1) < 0.1 < abs(as_pq / expected - 1)
+
+
+def test_a_webrtc_camera_in_hdr_is_tone_mapped_and_said() -> None:
+    from stream.runtime.slot import Slot
+    from stream.sources.webrtc import WebRtcSource
+
+    frame = yuv10_frame(graded(face_frames(1)[0]))
+    source = WebRtcSource("webrtc peer 1")
+    source.offer(frame)
+    info = source.open()
+    assert source.range_note is not None and "tone-mapped HDR (PQ, BT.2020, 10-bit) to BT.709 SDR" in source.range_note
+    slot = Slot(0, {"image": np.empty((info.height, info.width, 3), np.uint8)})
+    assert source.read_into(slot)
+    expected = np.empty_like(slot.image)
+    ToneMapper(dynamic_of(frame), info.width, info.height)(frame, expected)
+    assert np.array_equal(slot.image, expected)
+    source.close()
+    plain = WebRtcSource("webrtc peer 2")
+    plain.offer(av.VideoFrame.from_ndarray(face_frames(1)[0], format="bgr24").reformat(format="yuv420p"))
+    assert plain.open() and plain.range_note is None
+    plain.close()

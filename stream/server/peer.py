@@ -195,8 +195,9 @@ class PeerSession:
     def _run(self) -> None:
         info = self.source.info
         assert info is not None
+        hdr = f"; {self.source.range_note}" if self.source.range_note else ""
         self.say(f"peer {self.id}: {self.codec or 'video'} {info.width}x{info.height}, "
-                        f"face {self.face.name}")
+                 f"face {self.face.name}{hdr}")
         self.sink = sink = WebRtcSink(self.out, info.width, info.height, relay=self.relay)
         try:
             result = run_live(self.job, self.source, sink, self.source.name, status=self._on_figures,

@@ -53,6 +53,7 @@ class WebRtcSource:
         self._arrived = 0.0
         self._ended = False
         self._pictures = SdrPictures()  # the YUV -> BGR conversion (an HDR camera's tone-mapped)
+        self.range_note: str | None = None  # an HDR camera: tone-mapped, and how (one line)
         self.clock = CaptureClock()
         self.wait_s = 0.0  # of the last read: time spent waiting for a frame to arrive
 
@@ -70,6 +71,8 @@ class WebRtcSource:
             if self.info is None:
                 self.info = VideoInfo(frame.width - frame.width % 2, frame.height - frame.height % 2,
                                       Fraction(30), VIDEO_TIME_BASE)
+                if self._pictures.prepare(frame, self.info.width, self.info.height) is not None:
+                    self.range_note = self._pictures.note
             if self._frame is not None:
                 self.frames_replaced += 1
             self._frame = frame
