@@ -309,3 +309,18 @@ def test_a_webrtc_camera_in_hdr_is_tone_mapped_and_said() -> None:
     plain.offer(av.VideoFrame.from_ndarray(face_frames(1)[0], format="bgr24").reformat(format="yuv420p"))
     assert plain.open() and plain.range_note is None
     plain.close()
+
+
+@pytest.mark.parametrize("turn", [cv2.ROTATE_90_CLOCKWISE, cv2.ROTATE_180, cv2.ROTATE_90_COUNTERCLOCKWISE])
+def test_the_kept_planes_are_turned_upright_with_the_picture(turn: int) -> None:
+    w, h = 64, 48
+    frame = yuv10_frame(np.random.default_rng(2).uniform(0.1, 0.8, (h, w, 3)))
+    up_h, up_w = (w, h) if turn != cv2.ROTATE_180 else (h, w)
+    deep = np.empty(deep_buffers(up_h, up_w)["deep"][0], np.uint16)
+    keep_planes(frame, deep, turn)
+    y, u, v = planes10(frame)
+    flat = deep.reshape(-1)
+    quarter = (up_w // 2) * (up_h // 2)
+    assert np.array_equal(flat[: up_w * up_h].reshape(up_h, up_w), cv2.rotate(y, turn))
+    assert np.array_equal(flat[up_w * up_h: up_w * up_h + quarter].reshape(up_h // 2, up_w // 2), cv2.rotate(u, turn))
+    assert np.array_equal(flat[up_w * up_h + quarter:].reshape(up_h // 2, up_w // 2), cv2.rotate(v, turn))
