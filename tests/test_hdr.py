@@ -324,3 +324,20 @@ def test_the_kept_planes_are_turned_upright_with_the_picture(turn: int) -> None:
     assert np.array_equal(flat[: up_w * up_h].reshape(up_h, up_w), cv2.rotate(y, turn))
     assert np.array_equal(flat[up_w * up_h: up_w * up_h + quarter].reshape(up_h // 2, up_w // 2), cv2.rotate(u, turn))
     assert np.array_equal(flat[up_w * up_h + quarter:].reshape(up_h // 2, up_w // 2), cv2.rotate(v, turn))
+
+
+@pytest.mark.slow
+def test_hdr10_in_av1_keeps_its_depth_tags_and_metadata(hdr_clip: Path, source_photo: Path, tmp_path: Path,
+                                                        capfd: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "swapped.mkv"
+    code = main(["swap", "--source", str(source_photo), "-i", str(hdr_clip), "-o", str(out), "-q",
+                 "--codec", "libsvtav1"])
+    said = capfd.readouterr()  # the encoder's own lines go to the process's stderr
+    assert code == 0, said.err
+    assert "kept: AV1 10-bit (SVT-AV1)" in said.out + said.err
+    assert "Svt[info]" not in said.err  # its settings are not printed
+    frame = first_frame(out)
+    assert (frame.format.name, frame.color_trc, frame.color_primaries, frame.colorspace) == ("yuv420p10le", 16, 9, 9)
+    kept = dynamic_of(frame)
+    assert kept.mastering is not None and kept.mastering.x265() == MASTERING.x265()
+    assert kept.light is not None and (kept.light.max_cll, kept.light.max_fall) == (MAX_CLL, MAX_FALL)

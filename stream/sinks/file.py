@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # Encoders that understand x264-style rate control; others only get the preset.
 _CRF_CODECS = {"libx264", "libx265"}
+# SVT-AV1 takes its speed as a number (0 slowest to 13): the x264 preset names mapped onto it.
+_SVT_PRESETS = {"ultrafast": "12", "superfast": "11", "veryfast": "10", "faster": "9", "fast": "8",
+                "medium": "7", "slow": "5", "slower": "4", "veryslow": "2", "placebo": "1"}
 # HEVC in mp4/mov as "hvc1" (parameter sets in the sample description), which Apple's players
 # need; FFmpeg's default "hev1" plays elsewhere only.
 _HVC1_SUFFIXES = {".mp4", ".mov", ".m4v"}
@@ -200,6 +203,10 @@ class FileSink:
         if self.codec == "libx265" and self.path.suffix.lower() in _HVC1_SUFFIXES:
             video.codec_context.codec_tag = "hvc1"
         options = {"preset": enc.preset}
+        if self.codec == "libsvtav1":
+            options["preset"] = _SVT_PRESETS.get(enc.preset, enc.preset)
+            # SVT-AV1 prints its settings on stderr (some 60 lines) unless its log level says not to.
+            os.environ.setdefault("SVT_LOG", "1")
         if self.codec in _CRF_CODECS:
             options["crf"] = str(enc.crf)
         if self.deep:
