@@ -77,6 +77,11 @@ from stream.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+# Frames after a face was lost during which every detection scans the whole frame (3 s at
+# 30 fps): the face may come back anywhere (from behind something, into the frame), and a
+# detection looking only near the faces still followed would not see it (panned-group: a face
+# behind a board for 1 s was not found again in the 0.7 s left of the clip).
+LOST_SCAN_FRAMES = 90
 # Landmark box changes beyond these in one frame mean the predictor lost the face.
 MAX_SCALE_JUMP = 1.35
 MAX_SHIFT_JUMP = 0.5  # of the face size
@@ -244,6 +249,10 @@ class Tracker:
         # how many looked only near the faces followed.
         self._near_runs = 0
         self.near_detections = 0
+        # Until this frame, every detection scans the whole frame: a face was lost (covered,
+        # gone out of the frame), and where it comes back need not be near the faces followed.
+        self._scan_until = -1
+        self._seq = -1
 
     @property
     def tracks_started(self) -> int:
@@ -262,6 +271,8 @@ class Tracker:
         faces must not be swapped onto whatever is now where they were."""
         every = self.detect_every if self.tracks else min(self.detect_every, self.detect_cfg.every_empty)
         due = seq - self._last_detect >= every
+        self._seq = seq
+        before = {tr.id for tr in self.tracks}
         if self.background is not None:
             self._detect_in_background(frame, seq, due)
         elif due or self._force_detect:
@@ -354,6 +365,8 @@ class Tracker:
             if self._prev_grey is None or self._prev_grey.shape != grey.shape:
                 self._prev_grey = np.empty_like(grey)
             np.copyto(self._prev_grey, grey)
+        if before - {tr.id for tr in alive}:
+            self._scan_until = seq + LOST_SCAN_FRAMES
         return [tr for tr in alive if tr.missed == 0]
 
     def _place_points(self, frame: FrameViews, seq: int) -> list[Landmarks68]:
@@ -449,9 +462,11 @@ class Tracker:
         """The boxes this detection looks near, instead of scanning the whole frame
         (detect.scan_every), or None: it scans the frame. Only a scheduled detection (none
         asked for by a face lost or jumping) while every face is followed cleanly and none
-        was missed looks near them, and at most scan_every - 1 in a row."""
+        was missed looks near them, and at most scan_every - 1 in a row; none for
+        LOST_SCAN_FRAMES after a face was lost."""
         every = self.detect_cfg.scan_every
         near = (every > 1 and scheduled and self._near_runs < every - 1 and bool(self.tracks)
+                and self._seq > self._scan_until
                 and self.track_cfg.points == "landmarks"
                 and getattr(self.detector, "looks_near", hasattr(self.detector, "forward_near"))
                 and all(_followed_cleanly(tr) and not tr.missed for tr in self.tracks))
