@@ -109,7 +109,7 @@ image: $(STAMP) image-deps
 	PYTHON=$(BIN)/python tools/deploy/image.sh
 
 image-test: $(STAMP) image-deps
-	FACESTREAM_IMAGE_TEST=1 $(BIN)/python -m pytest -q -m image tests/test_image.py
+	FACESTREAM_IMAGE_TEST=1 $(BIN)/python -m pytest -q -m image tests/test_image.py tests/test_kubernetes.py
 
 clean:
 	rm -rf $(VENV) facestream-demo site
