@@ -330,9 +330,11 @@ def test_the_kept_planes_are_turned_upright_with_the_picture(turn: int) -> None:
 def test_hdr10_in_av1_keeps_its_depth_tags_and_metadata(hdr_clip: Path, source_photo: Path, tmp_path: Path,
                                                         capfd: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "swapped.mkv"
+    policy = os.sched_getscheduler(0)
     code = main(["swap", "--source", str(source_photo), "-i", str(hdr_clip), "-o", str(out), "-q",
                  "--codec", "libsvtav1"])
     said = capfd.readouterr()  # the encoder's own lines go to the process's stderr
+    assert os.sched_getscheduler(0) == policy  # SVT-AV1 left no real-time policy behind
     assert code == 0, said.err
     assert "kept: AV1 10-bit (SVT-AV1)" in said.out + said.err
     assert "Svt[info]" not in said.err  # its settings are not printed

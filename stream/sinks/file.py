@@ -157,6 +157,11 @@ class FileSink:
             # Open the codec and the file and write the header now: a bad path, codec or
             # preset fails here, with a clear message, and not at the first frame.
             output.start_encoding()
+            if self.codec == "libsvtav1" and hasattr(os, "sched_setscheduler"):
+                # SVT-AV1, run as root, makes the thread that opens it real-time (SCHED_FIFO 99),
+                # and everything it starts after inherits that: a spinning child then starves
+                # the machine. This thread goes back to the normal policy.
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         except (av.FFmpegError, OSError, ValueError, TypeError) as exc:
             self._abandon(output)
             raise self._error(f"cannot be written with {self.codec} "
