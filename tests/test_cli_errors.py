@@ -13,23 +13,9 @@ import pytest
 
 from stream.media.demo_clips import group_picture
 from tests.fixtures import make_clip, probe, window_frame
+from tests.fixtures.cli import assert_one_line_error, facestream
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def facestream(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stream.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> None:
-    assert res.returncode != 0
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("facestream: error:"), lines[0]
-    assert "Traceback" not in res.stderr + res.stdout
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def _text_file(path: Path) -> Path:

@@ -2,8 +2,6 @@
 is left out and said, and bad sources refused in one line."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -12,26 +10,11 @@ import pytest
 
 from stream.media.demo_clips import astronaut, group_picture
 from tests.fixtures import make_clip
+from tests.fixtures.cli import assert_one_line_error, facestream
 from tools.quality.clips import ASTRONAUT_FACE, T1_FACES, t1_source
 from tools.quality.head_turn import turn_head
 
 pytestmark = pytest.mark.slow  # each runs the command
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def facestream(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stream.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-
-
-def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> None:
-    assert res.returncode != 0
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("facestream: error:"), lines[0]
-    assert "Traceback" not in res.stderr + res.stdout
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def _views(folder: Path, *yaws: float) -> Path:
