@@ -43,6 +43,9 @@ def test_overrides_are_typed_and_win_over_the_preset() -> None:
     assert cfg.encode.preset == "fast" and cfg.encode.crf == 18  # the rest from the preset
     assert cfg.swap.shape > load_config(None).swap.shape  # quality takes more of the source's proportions
     assert cfg.swap.shape_turned == load_config(None).swap.shape  # ... on faces that allow it
+    # ... and blends in two bands: the fine detail's edge narrower, the light's wider, but on turned faces
+    assert load_config(None).swap.fine_feather == 0 and 0 < cfg.swap.fine_feather < load_config(None).swap.feather
+    assert cfg.swap.feather > load_config(None).swap.feather == cfg.swap.feather_turned
     assert cfg.select.mapping == [["a.png", "b.png"]]
 
 
@@ -51,6 +54,8 @@ def test_overrides_are_typed_and_win_over_the_preset() -> None:
     ("swap.blend=smudge", "swap.blend"),
     ("swap.detail=-1", "swap.detail"),
     ("swap.shading=1.5", "swap.shading"),
+    ("swap.fine_feather=0.6", "swap.fine_feather"),
+    ("swap.feather_turned=-0.1", "swap.feather_turned"),
     ("select.mode=everyone", "select.mode"),
     ("encode.crf=99", "encode.crf"),
     ("nosuch=1", "nosuch"),

@@ -299,6 +299,10 @@ def test_sheddable_steps_follow_the_config_and_the_swapper() -> None:
     assert sheddable(load_config(None), classical) == ["landmarks_each_frame", "resample", "occlusion", "shading",
                                                        "lip_color", "detail"]
     assert sheddable(load_config("fast"), classical) == []  # fast runs none of them
+    # quality blends in two bands, shed after the occlusion finder (one band over its coarse edge)
+    assert sheddable(load_config("quality"), classical) == ["landmarks_each_frame", "resample", "occlusion", "bands",
+                                                            "shading", "lip_color", "detail"]
+    assert "bands" not in sheddable(load_config("quality", ["swap.blend=poisson"]), classical)
     assert sheddable(load_config(None, ["swap.color_transfer=false", "track.occlusion=false",
                                         "track.landmarks_every=3"]), classical) == ["resample", "shading", "detail"]
 

@@ -83,9 +83,11 @@ def test_a_bare_face_turning_and_relit_has_nothing_found(astro) -> None:  # type
         assert ref.update(frame, points, clean=True) is None, (angle, gain)
 
 
-def test_the_swap_leaves_the_bar_in_front(astro) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("bands", [False, True])
+def test_the_swap_leaves_the_bar_in_front(astro, bands) -> None:  # type: ignore[no-untyped-def]
+    # Blended in two bands (`quality`), the fine detail is cut where the coarse band is.
     image, points = astro
-    swapper = ClassicalSwapper(ClassicalOptions())
+    swapper = ClassicalSwapper(ClassicalOptions(fine_feather=0.03, feather=0.1) if bands else ClassicalOptions())
     source = swapper.prepare_source(image, points)
     ref = learned(astro)
     frame, target = moved(astro, 1.0, (18.0, 6.0))
@@ -106,8 +108,11 @@ def test_the_swap_leaves_the_bar_in_front(astro) -> None:  # type: ignore[no-unt
     # the rest of the face is swapped as much as before.
     assert changed[0][bar & face_px].mean() > 0.5
     assert changed[1][bar & face_px].mean() < 0.02
-    rest = face_px & ~bar
-    assert changed[1][rest].mean() > 0.8 * changed[0][rest].mean()
+    if not bands:
+        # (The source is the target's own face, so little else changes; in two bands the bar,
+        # when it is not cut out, darkens the target's coarse band in the ring around it too.)
+        rest = face_px & ~bar
+        assert changed[1][rest].mean() > 0.8 * changed[0][rest].mean()
 
 
 def test_the_lighting_shift_median_is_numpys() -> None:

@@ -17,6 +17,8 @@ from skimage import data
 from engines.classic import swapper as classical_swapper
 from engines.classic.blend import (
     LIP_EDGE,
+    blend_bands,
+    blend_feather,
     detail,
     detail_mix,
     face_pixels,
@@ -267,7 +269,7 @@ def test_source_near_photo_edge_is_padded(astro):
     assert result is not None and np.count_nonzero(result.valid) > 1000
 
 
-@pytest.mark.parametrize("blend", ["feather", "poisson"])
+@pytest.mark.parametrize("blend", ["feather", "poisson", "bands"])
 @pytest.mark.parametrize("color", [True, False])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_paste_changes_the_region_only(astro, source, blend, color, seed):
@@ -277,7 +279,8 @@ def test_paste_changes_the_region_only(astro, source, blend, color, seed):
     frame[:] = cv2.resize(other, (640, 480))  # a different picture under the same landmarks
     frame[:, :, rng.integers(3)] //= 2
     before = frame.copy()
-    swapper = ClassicalSwapper(ClassicalOptions(blend=blend, color_transfer=color))
+    bands = {"blend": "feather", "fine_feather": 0.03, "feather": 0.1} if blend == "bands" else {"blend": blend}
+    swapper = ClassicalSwapper(ClassicalOptions(color_transfer=color, **bands))
     face = face_of(points)
     result = swapper.forward(frame, face, source)
     swapper.paste(frame, face, result)
@@ -309,6 +312,92 @@ def test_feathered_mask_is_soft_at_the_edge_and_opaque_inside(astro, feather):
     size = float(np.sqrt(np.prod(points.max(axis=0) - points.min(axis=0))))
     band = soft.sum() / (cv2.arcLength(cv2.convexHull(points[:27]), True))
     assert 0.5 * feather * size <= band <= 1.5 * feather * size + 2
+
+
+def test_the_fine_bands_mask_is_the_same_area_with_a_narrower_edge(astro):
+    points = astro.landmarks - astro.landmarks.min(axis=0) + 6
+    shape = tuple(int(v) for v in points.max(axis=0)[::-1] + 8)
+    valid = np.full(shape, 255, np.uint8)
+    one = prepare_masks(points, valid, 0.1, keep_mouth=True, mouth_open=0.05)
+    masks = prepare_masks(points, valid, 0.1, keep_mouth=True, mouth_open=0.05, fine_feather=0.03)
+    assert one.fine is None
+    assert np.array_equal(masks.alpha, one.alpha) and np.array_equal(masks.core, one.core)
+    fine = masks.fine
+    assert fine is not None and np.array_equal(fine > 0, masks.alpha > 0)
+    assert (fine >= masks.alpha).all()
+    soft = lambda m: int(((m > 0) & (m < 255)).sum())  # noqa: E731
+    assert soft(fine) < 0.5 * soft(masks.alpha)
+    # The open mouth (parted lips, mouth_open 0.05) is cut out of both alike.
+    mouth = tuple(np.round(points[INNER_LIPS].mean(axis=0)).astype(int)[::-1])
+    assert masks.alpha[mouth] == 0 and fine[mouth] == 0
+
+
+def _bands_scene(offset: float, texture: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A flat grey target; a patch that is the target plus a uniform `offset` (its coarse band
+    differs) plus a fine checker of +-`texture` (its fine band differs); a disc's masks with a
+    wide coarse ramp and a narrow fine one."""
+    h = w = 160
+    roi = np.full((h, w, 3), 100, np.uint8)
+    checker = (np.indices((h, w)).sum(axis=0) % 2 * 2 - 1).astype(np.float32)[..., None]
+    patch = np.clip(np.repeat(100 + offset + texture * checker, 3, axis=2), 0, 255).astype(np.uint8)
+    disc = cv2.circle(np.zeros((h, w), np.uint8), (80, 80), 60, 255, -1)
+    dist = cv2.distanceTransform(disc, cv2.DIST_L2, 5)
+    alpha = np.clip(dist * 255 / 30, 0, 255).astype(np.uint8)
+    fine = np.clip(dist * 255 / 6, 0, 255).astype(np.uint8)
+    return roi, patch, disc, alpha, fine
+
+
+def test_two_bands_blend_the_light_over_the_wide_edge_and_the_detail_over_the_narrow_one():
+    # Coarse only: a patch brighter by 40 everywhere comes in as alpha says.
+    roi, patch, disc, alpha, fine = _bands_scene(40, 0)
+    out = roi.copy()
+    blend_bands(out, patch, disc, alpha, fine, 4.0)
+    gain = (out[..., 1].astype(np.float32) - 100) / 40
+    ring = (alpha > 20) & (alpha < 235)
+    assert np.abs(gain[ring] - alpha[ring] / 255.0).max() < 0.08
+    # Fine only: a checker of +-30 comes in as fine says, already whole where alpha is low.
+    roi, patch, disc, alpha, fine = _bands_scene(0, 30)
+    out = roi.copy()
+    blend_bands(out, patch, disc, alpha, fine, 4.0)
+    amplitude = np.abs(out[..., 1].astype(np.float32) - 100) / 30
+    ring = (fine == 255) & (alpha < 128) & (cv2.erode(disc, np.ones((9, 9))) > 0)
+    assert ring.sum() > 500 and amplitude[ring].mean() > 0.9
+    # Exact at both ends: the target where both weights are 0, the patch where both are 255.
+    roi, patch, disc, alpha, fine = _bands_scene(40, 30)
+    out = roi.copy()
+    blend_bands(out, patch, disc, alpha, fine, 4.0)
+    assert np.array_equal(out[fine == 0], roi[fine == 0])
+    inner = alpha == 255
+    assert np.abs(out[inner].astype(int) - patch[inner]).max() <= 1
+    # The same weight for both bands is the one-band blend.
+    out, one = roi.copy(), roi.copy()
+    blend_bands(out, patch, disc, alpha, alpha, 4.0)
+    blend_feather(one, patch, alpha)
+    assert np.abs(out.astype(int) - one).max() <= 1
+
+
+def test_the_patchs_coarse_band_leaves_out_what_the_warp_did_not_cover():
+    # Black outside `valid` (the warp's edge) must not darken the patch's light near it.
+    roi, patch, disc, alpha, fine = _bands_scene(40, 0)
+    patch[disc == 0] = 0
+    out = roi.copy()
+    blend_bands(out, patch, disc, alpha, fine, 4.0)
+    gain = (out[..., 1].astype(np.float32) - 100) / 40
+    ring = (alpha > 20) & (alpha < 235)
+    assert np.abs(gain[ring] - alpha[ring] / 255.0).max() < 0.08
+
+
+@pytest.mark.parametrize(("turn", "expected"), [(0.0, 0.1), (0.3, 0.1), (0.55, 0.08), (0.8, 0.06), (0.95, 0.06)])
+def test_the_coarse_feather_gives_way_on_turned_faces(turn, expected):
+    # `quality`: 0.1 on a frontal face, 0.06 from a turn of 0.8 (a wide coarse edge moved dlib's
+    # points on the suite's turned faces); without swap.feather_turned, `feather` everywhere.
+    lm = np.zeros((68, 2), np.float32)
+    lm[0], lm[16], lm[36], lm[45] = (0, 0), (100, 0), (20, -20), (80, -20)
+    lm[30] = (100 / (2 - turn), 10)
+    assert face_turn(lm) == pytest.approx(turn, abs=1e-6)
+    swapper = ClassicalSwapper(ClassicalOptions(feather=0.1, feather_turned=0.06))
+    assert swapper._feather_of(lm) == pytest.approx(expected, abs=1e-6)
+    assert ClassicalSwapper(ClassicalOptions(feather=0.1))._feather_of(lm) == 0.1
 
 
 def test_no_feather_gives_a_hard_mask(astro):
@@ -1051,9 +1140,9 @@ def test_a_faces_skip_leaves_out_its_steps_as_the_config_would(astro):
     far = turned[:, 0] > turned[30, 0]
     turned[far, 0] = turned[30, 0] + 0.5 * (turned[far, 0] - turned[30, 0])
     face = face_of(turned)
-    steps = {"resample", "shading", "lip_color", "detail"}
-    full = ClassicalOptions(shading=1.0)
-    without = ClassicalOptions(shading=0.0, detail=0.0, lip_color=False, resample=False)
+    steps = {"resample", "bands", "shading", "lip_color", "detail"}
+    full = ClassicalOptions(shading=1.0, fine_feather=0.03)
+    without = ClassicalOptions(shading=0.0, detail=0.0, lip_color=False, resample=False, fine_feather=0.0)
 
     def swapped(options: ClassicalOptions, f) -> np.ndarray:
         swapper = ClassicalSwapper(options)

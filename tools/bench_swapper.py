@@ -81,12 +81,14 @@ def main() -> None:
     # extra blurs of the patch). shading only acts on a turned face (--turned). lips off: the
     # lips keep the colour the transfer gives them (swap.lip_color=false).
     shading = ClassicalOptions().shading
+    # bands: the feather blend in two bands (swap.fine_feather, `quality`'s edges).
     rows = [("feather", 0.0, shading, True), ("feather", 1.0, shading, False), ("feather", 1.0, shading, True),
-            ("poisson", 1.0, shading, True)]
+            ("bands", 1.0, shading, True), ("poisson", 1.0, shading, True)]
     if args.turned:
         rows.insert(1, ("feather", 1.0, 0.0, True))
     for blend, detail, shade, lips in rows:
-        swapper = ClassicalSwapper(ClassicalOptions(blend=blend, detail=detail, shading=shade, lip_color=lips))
+        bands = {"blend": "feather", "feather": 0.1, "fine_feather": 0.03} if blend == "bands" else {"blend": blend}
+        swapper = ClassicalSwapper(ClassicalOptions(detail=detail, shading=shade, lip_color=lips, **bands))
         swapper.open()
         source = swapper.prepare_source(image, points)
         fwd: list[float] = []

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from engines.classic.blend import (
     FaceMasks,
     apply_color,
+    blend_bands,
     blend_feather,
     blend_poisson,
     color_matrix,
@@ -77,6 +78,9 @@ MAX_SUPERSAMPLE = 3
 BLENDS = ("feather", "poisson")
 SHADING_SCALE = 0.06  # the blur (sigma) of a face's light and shade, as a fraction of its size
 SHADING_FROM = 0.3  # face_turn from which the target's shading comes in (ramping up to 1)
+# The two bands' split (swap.fine_feather): a Gaussian blur over this fraction of the face's
+# size, about the width of an eye's lids or a brow.
+BAND_SIGMA = 0.04
 SHAPE_TURN_FROM, SHAPE_TURN_TO = 0.3, 0.8  # face_turn over which `shape` gives way to `shape_turned`
 LIPS_MARGIN = 0.05  # swap.keep_lips: how much wider the source's mouth must be open
 LIPS_GROW = 0.1  # the target's lips are kept grown by this share of the mouth's width
@@ -123,6 +127,16 @@ class ClassicalOptions:
     # turned 0.86-0.88 on the suite's clips lost up to 0.013 of distance and gained up to 0.010
     # of shift against 0.3, the frontal ones won 0.005 for 0.002; docs/quality.md).
     shape_turned: float | None = None
+    # The blend in two bands (engines.classic.blend.blend_bands), 0: one band. The source's
+    # fine detail (the features' edges, the skin's texture) fades out over this fraction of the
+    # face's size at the area's edge, its light and colour over `feather`: with a narrow fine
+    # edge and a wide coarse one, more of the source's features reach the result with no
+    # sharper seam.
+    fine_feather: float = 0.0
+    # `feather` on a face turned sideways (None: `feather` on every face), from a turn of
+    # SHAPE_TURN_FROM to SHAPE_TURN_TO as `shape_turned`: a wide coarse edge on a turned face
+    # moved dlib's points on it (docs/quality.md).
+    feather_turned: float | None = None
     # How much of the target's own light and shade (its luma blurred over SHADING_SCALE of the
     # face's size) the swap takes, on a face turned fully sideways; from engines.classic.blend.face_turn
     # SHADING_FROM (0.3) it ramps up to that, and a face turned less is left as it was. A
@@ -158,6 +172,10 @@ class ClassicalOptions:
             raise ValueError(f"swap.shape must be in [0, 1], got {self.shape}")
         if self.shape_turned is not None and not 0.0 <= self.shape_turned <= 1.0:
             raise ValueError(f"swap.shape_turned must be in [0, 1] (or null), got {self.shape_turned}")
+        for name in ("fine_feather", "feather_turned"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 0.5:
+                raise ValueError(f"swap.{name} must be in [0, 0.5], got {value}")
         if not 0.0 <= self.forehead <= 0.6:
             raise ValueError(f"swap.forehead must be in [0, 0.6], got {self.forehead}")
         if not 0.0 <= self.shading <= 1.0:
@@ -433,7 +451,7 @@ class ClassicalSwapper:
     cuts_occluders = True  # paste leaves out a face's `occlusion` (engines.classic.occlusion.find_occluders)
     # Steps a face's `skip` may leave out (a live run sheds them when it falls behind), the
     # costliest a face first: the squeezed-triangle sampling, shading, lip colour, detail.
-    optional_steps = ("resample", "shading", "lip_color", "detail")
+    optional_steps = ("resample", "bands", "shading", "lip_color", "detail")
 
     def __init__(self, config: ClassicalOptions | None = None, keep_areas: Sequence[str] = ()) -> None:
         """`keep_areas`: the face's areas (engines.face.AREAS: upper-face, lower-face, mouth)
@@ -558,8 +576,18 @@ class ClassicalSwapper:
             return cfg.shape
         if face.occlusion is not None:
             return cfg.shape_turned
-        turned = min(max((face_turn(landmarks[:68]) - SHAPE_TURN_FROM) / (SHAPE_TURN_TO - SHAPE_TURN_FROM), 0.0), 1.0)
-        return cfg.shape + (cfg.shape_turned - cfg.shape) * turned
+        return cfg.shape + (cfg.shape_turned - cfg.shape) * self._turned(landmarks)
+
+    def _turned(self, landmarks: Landmarks68) -> float:
+        """How far a face's turn is along the way from SHAPE_TURN_FROM (0) to SHAPE_TURN_TO (1)."""
+        return min(max((face_turn(landmarks[:68]) - SHAPE_TURN_FROM) / (SHAPE_TURN_TO - SHAPE_TURN_FROM), 0.0), 1.0)
+
+    def _feather_of(self, landmarks: Landmarks68) -> float:
+        """The (coarse band's) feather for a face of these landmarks."""
+        cfg = self.config
+        if cfg.feather_turned is None:
+            return cfg.feather
+        return cfg.feather + (cfg.feather_turned - cfg.feather) * self._turned(landmarks)
 
     def _warp(self, frame_shape: tuple[int, ...], face: Face, source: SourceFace) -> SwapResult | None:
         lm = _check_landmarks(face.landmarks)
@@ -656,9 +684,14 @@ class ClassicalSwapper:
         # bounds it there), so the forehead's edge is the warp's, steady from frame to frame.
         lm = extend_forehead(np.asarray(face.landmarks, np.float32), 1.5 * cfg.forehead) \
             - np.array([x0, y0], np.float32)
-        masks = prepare_masks(lm, result.valid, cfg.feather, cfg.keep_mouth, cfg.mouth_open)
+        # Shed live (face.skip), the blend is one band, over the coarse band's feather.
+        fine_feather = cfg.fine_feather if cfg.blend == "feather" and "bands" not in face.skip else 0.0
+        masks = prepare_masks(lm, result.valid, self._feather_of(lm[:68]), cfg.keep_mouth, cfg.mouth_open,
+                              fine_feather)
+        prepared, fine = masks.alpha, masks.fine
         size = face_size(lm[:68])
-        edge = int(round(cfg.feather * size / 2))  # the soft edge of a cut
+        # The soft edge of a cut (hair, an occluder): half the edge of the swap's detail.
+        edge = int(round((fine_feather or self._feather_of(lm[:68])) * size / 2))
         if len(lm) > 68:
             masks = keep_target_hair(roi, lm, masks, edge)
         if face.occlusion is not None:
@@ -685,6 +718,12 @@ class ClassicalSwapper:
             patch = soften_by(patch, mix)
         if cfg.blend == "poisson":
             blend_poisson(roi, patch, masks)
+        elif fine is not None:
+            if masks.alpha is not prepared:
+                # Where the hair, an occluder or a kept mouth cut into the area, its fine
+                # detail is cut alike: the cut weight is lower than the uncut one there.
+                fine = np.where(masks.alpha < prepared, masks.alpha, fine)
+            blend_bands(roi, patch, result.valid, masks.alpha, fine, BAND_SIGMA * size)
         else:
             blend_feather(roi, patch, masks.alpha)
         self.pastes += 1

@@ -21,8 +21,9 @@ CADENCE_MAX_FACTOR = 4
 # tools/cost_parts.py on the six-face clip): the predictor on every frame (1.7 ms: shed, it
 # places each face's points every other frame and the flow carries them between, as
 # track.landmarks_every 2 does), the squeezed-triangle sampling (1.3 ms), the occlusion
-# finder (1.2 ms), shading (0.7 ms), lip colour (0.6 ms), detail (0.35 ms).
-SHED_ORDER = ("landmarks_each_frame", "resample", "occlusion", "shading", "lip_color", "detail")
+# finder (1.2 ms), the blend's second band (0.3 ms at 110 px, 1.2 ms at 200 px), shading
+# (0.7 ms), lip colour (0.6 ms), detail (0.35 ms).
+SHED_ORDER = ("landmarks_each_frame", "resample", "occlusion", "bands", "shading", "lip_color", "detail")
 SHED_LANDMARKS_EVERY = 2  # track.landmarks_every while "landmarks_each_frame" is shed
 
 
@@ -33,6 +34,7 @@ def sheddable(config: Config, swapper: object) -> list[str]:
     frame where the config runs it so (track.landmarks_every 1)."""
     swap = config.swap
     on = {"resample": swap.resample, "shading": swap.shading > 0,
+          "bands": swap.fine_feather > 0 and swap.blend == "feather",
           "lip_color": swap.lip_color and swap.color_transfer, "detail": swap.detail > 0}
     steps = set(getattr(swapper, "optional_steps", ()))
     if config.track.landmarks_every == 1 and config.track.points == "landmarks":
