@@ -1,4 +1,4 @@
-"""Compositing of a warped face patch: soft mask, colour transfer, feather or Poisson blend.
+"""Compositing of a warped face patch: soft mask, colour transfer, feather (in one band or two) or Poisson blend.
 
 Everything here works on one face's region (a small rectangle of the frame), never on a
 whole frame. Landmarks are given in region coordinates.
