@@ -450,7 +450,8 @@ class ClassicalSwapper:
     name = "classical"
     cuts_occluders = True  # paste leaves out a face's `occlusion` (engines.classic.occlusion.find_occluders)
     # Steps a face's `skip` may leave out (a live run sheds them when it falls behind), the
-    # costliest a face first: the squeezed-triangle sampling, shading, lip colour, detail.
+    # costliest a face first: the squeezed-triangle sampling, the blend's second band, shading,
+    # lip colour, detail.
     optional_steps = ("resample", "bands", "shading", "lip_color", "detail")
 
     def __init__(self, config: ClassicalOptions | None = None, keep_areas: Sequence[str] = ()) -> None:
@@ -686,12 +687,12 @@ class ClassicalSwapper:
             - np.array([x0, y0], np.float32)
         # Shed live (face.skip), the blend is one band, over the coarse band's feather.
         fine_feather = cfg.fine_feather if cfg.blend == "feather" and "bands" not in face.skip else 0.0
-        masks = prepare_masks(lm, result.valid, self._feather_of(lm[:68]), cfg.keep_mouth, cfg.mouth_open,
-                              fine_feather)
+        feather = self._feather_of(lm[:68])
+        masks = prepare_masks(lm, result.valid, feather, cfg.keep_mouth, cfg.mouth_open, fine_feather)
         prepared, fine = masks.alpha, masks.fine
         size = face_size(lm[:68])
         # The soft edge of a cut (hair, an occluder): half the edge of the swap's detail.
-        edge = int(round((fine_feather or self._feather_of(lm[:68])) * size / 2))
+        edge = int(round((fine_feather or feather) * size / 2))
         if len(lm) > 68:
             masks = keep_target_hair(roi, lm, masks, edge)
         if face.occlusion is not None:
@@ -720,8 +721,9 @@ class ClassicalSwapper:
             blend_poisson(roi, patch, masks)
         elif fine is not None:
             if masks.alpha is not prepared:
-                # Where the hair, an occluder or a kept mouth cut into the area, its fine
-                # detail is cut alike: the cut weight is lower than the uncut one there.
+                # Where the target's hair or an occluder was cut out of the area, the fine
+                # detail is cut alike (the cut weight is the lower one there); prepare_masks
+                # cut a kept mouth out of both already.
                 fine = np.where(masks.alpha < prepared, masks.alpha, fine)
             blend_bands(roi, patch, result.valid, masks.alpha, fine, BAND_SIGMA * size)
         else:
