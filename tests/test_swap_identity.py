@@ -178,6 +178,16 @@ def test_the_shape_blend_gives_way_on_turned_and_covered_faces(turn, occluded, e
     assert ClassicalSwapper(ClassicalOptions(shape=0.42))._shape_of(face, lm) == 0.42
 
 
+@pytest.mark.parametrize(("turn", "expected"), [(0.0, 0.1), (0.3, 0.1), (0.55, 0.08), (0.8, 0.06), (0.95, 0.06)])
+def test_the_coarse_feather_gives_way_on_turned_faces(turn, expected):
+    # `quality`: 0.1 on a frontal face, 0.06 from a turn of 0.8 (a wide coarse edge moved dlib's
+    # points on the suite's turned faces); without swap.feather_turned, `feather` everywhere.
+    lm = _turned_points(turn)
+    swapper = ClassicalSwapper(ClassicalOptions(feather=0.1, feather_turned=0.06))
+    assert swapper._feather_of(lm) == pytest.approx(expected, abs=1e-6)
+    assert ClassicalSwapper(ClassicalOptions(feather=0.1))._feather_of(lm) == 0.1
+
+
 def test_a_fringe_on_the_target_stays_in_front_of_the_forehead(dlib_models):
     # The astronaut's fringe covers her forehead: a source with a bare forehead reaches up
     # there, but the target's hair stays, and where skin shows the swap fades out upwards.

@@ -355,6 +355,12 @@ def test_two_bands_blend_the_light_over_the_wide_edge_and_the_detail_over_the_na
     gain = (out[..., 1].astype(np.float32) - 100) / 40
     ring = (alpha > 20) & (alpha < 235)
     assert np.abs(gain[ring] - alpha[ring] / 255.0).max() < 0.08
+    # ... also when the coarse ramp is the narrower one.
+    out = roi.copy()
+    blend_bands(out, patch, disc, fine, alpha, 4.0)
+    gain = (out[..., 1].astype(np.float32) - 100) / 40
+    ring = (fine > 20) & (fine < 235)
+    assert np.abs(gain[ring] - fine[ring] / 255.0).max() < 0.08
     # Fine only: a checker of +-30 comes in as fine says, already whole where alpha is low.
     roi, patch, disc, alpha, fine = _bands_scene(0, 30)
     out = roi.copy()
@@ -385,19 +391,6 @@ def test_the_patchs_coarse_band_leaves_out_what_the_warp_did_not_cover():
     gain = (out[..., 1].astype(np.float32) - 100) / 40
     ring = (alpha > 20) & (alpha < 235)
     assert np.abs(gain[ring] - alpha[ring] / 255.0).max() < 0.08
-
-
-@pytest.mark.parametrize(("turn", "expected"), [(0.0, 0.1), (0.3, 0.1), (0.55, 0.08), (0.8, 0.06), (0.95, 0.06)])
-def test_the_coarse_feather_gives_way_on_turned_faces(turn, expected):
-    # `quality`: 0.1 on a frontal face, 0.06 from a turn of 0.8 (a wide coarse edge moved dlib's
-    # points on the suite's turned faces); without swap.feather_turned, `feather` everywhere.
-    lm = np.zeros((68, 2), np.float32)
-    lm[0], lm[16], lm[36], lm[45] = (0, 0), (100, 0), (20, -20), (80, -20)
-    lm[30] = (100 / (2 - turn), 10)
-    assert face_turn(lm) == pytest.approx(turn, abs=1e-6)
-    swapper = ClassicalSwapper(ClassicalOptions(feather=0.1, feather_turned=0.06))
-    assert swapper._feather_of(lm) == pytest.approx(expected, abs=1e-6)
-    assert ClassicalSwapper(ClassicalOptions(feather=0.1))._feather_of(lm) == 0.1
 
 
 def test_no_feather_gives_a_hard_mask(astro):

@@ -507,10 +507,10 @@ def blend_bands(roi: ImageBGR, patch: ImageBGR, valid: Mask, alpha: Mask, fine: 
     The patch's coarse band is the blur of its `valid` pixels only (a normalised blur: the
     black outside the warp does not darken its edge). Where both weights are 0 the roi keeps
     its exact values, and where both are 255 it takes the patch's."""
-    bx, by, bw, bh = cv2.boundingRect(fine)
+    bx, by, bw, bh = cv2.boundingRect(cv2.max(fine, alpha))
     if bw == 0 or bh == 0:
         return
-    # Only the box the weights cover (`fine` covers `alpha`), grown by the blur's reach.
+    # Only the box the weights cover, grown by the blur's reach.
     reach = int(math.ceil(3 * sigma))
     h, w = alpha.shape
     box = (slice(max(by - reach, 0), min(by + bh + reach, h)), slice(max(bx - reach, 0), min(bx + bw + reach, w)))
@@ -519,12 +519,12 @@ def blend_bands(roi: ImageBGR, patch: ImageBGR, valid: Mask, alpha: Mask, fine: 
     f32 = f.astype(np.float32)
     out = cv2.blendLinear(source, target, f32, 255.0 - f32).astype(np.float32)
     # ... less (fine - alpha) x (coarse source - coarse target): the coarse bands blended with
-    # alpha instead. `fine` >= `alpha` everywhere (a narrower ramp over the same area).
+    # alpha instead (a signed difference: either ramp may be the wider one).
     inside = (valid[box] > 0).astype(np.float32)
     coarse = _coarse(cv2.multiply(source.astype(np.float32), cv2.merge([inside] * 3)), sigma)
     coarse = cv2.divide(coarse, cv2.merge([cv2.max(_coarse(inside, sigma), 1e-3)] * 3))
     coarse = cv2.subtract(coarse, _coarse(target.astype(np.float32), sigma))
-    gap = cv2.subtract(f, alpha[box]).astype(np.float32)
+    gap = cv2.subtract(f32, alpha[box].astype(np.float32))
     out = cv2.subtract(out, cv2.multiply(coarse, cv2.merge([gap] * 3), scale=1.0 / 255.0))
     # Where both weights are 0 this is the target's own value exactly.
     np.copyto(target, cv2.convertScaleAbs(out))
