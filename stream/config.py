@@ -393,7 +393,10 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         if dataclasses.is_dataclass(sub):
             kwargs[key] = _build(sub, value, f"{where}{key}.")  # type: ignore[arg-type]
         else:
-            _check_kind(where + key, known[key].default, value)
+            default = known[key].default
+            if default is None and str(known[key].type).replace(" ", "") in ("float|None", "Optional[float]"):
+                default = 0.0  # a number or null (e.g. swap.shape_turned): checked as a number
+            _check_kind(where + key, default, value)
             kwargs[key] = value
     try:
         return cls(**kwargs)

@@ -46,6 +46,7 @@ def test_overrides_are_typed_and_win_over_the_preset() -> None:
     # ... and blends in two bands: the fine detail's edge narrower, the light's wider, but on turned faces
     assert load_config(None).swap.fine_feather == 0 and 0 < cfg.swap.fine_feather < load_config(None).swap.feather
     assert cfg.swap.feather > load_config(None).swap.feather == cfg.swap.feather_turned
+    assert load_config("quality", ["swap.feather_turned=null"]).swap.feather_turned is None  # a number or null
     assert cfg.select.mapping == [["a.png", "b.png"]]
 
 
@@ -70,6 +71,7 @@ def test_bad_overrides_name_the_field(override: str, needle: str) -> None:
 
 @pytest.mark.parametrize("override, message", [
     ("swap.feather=abc", "swap.feather must be a number, got 'abc'"),
+    ("swap.feather_turned=abc", "swap.feather_turned must be a number, got 'abc'"),  # a number or null
     ("detect.every=often", "detect.every must be a whole number, got 'often'"),
     ("detect.every=2.5", "detect.every must be a whole number, got 2.5"),
     ("track.occlusion=1", "track.occlusion must be true or false, got 1"),
